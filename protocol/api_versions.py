@@ -1,0 +1,96 @@
+"""The API keys and versions Kafscale serves, and the ApiVersions response built from them.
+
+The table is the single source of truth for version negotiation: the gateway
+advertises the entries it has handlers for, and :func:`decode_request`
+refuses any version outside it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["ApiKey", "VersionRange", "SERVED_VERSIONS", "version_range"]
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    min_version: int
+    max_version: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min_version <= version <= self.max_version
+
+
+# What we decode and answer. Lower bounds follow what kio generates (Produce
+# from v3, Fetch from v4: every client of the last seven years); upper bounds
+# stop before versions whose semantics we do not implement yet (KIP-848
+# consumer groups, KIP-890 transactions, share groups).
+SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
+    ApiKey.PRODUCE: VersionRange(3, 9),
+    ApiKey.FETCH: VersionRange(4, 13),
+    ApiKey.LIST_OFFSETS: VersionRange(1, 7),
+    ApiKey.METADATA: VersionRange(0, 12),
+    ApiKey.OFFSET_COMMIT: VersionRange(2, 8),
+    ApiKey.OFFSET_FETCH: VersionRange(1, 8),
+    ApiKey.FIND_COORDINATOR: VersionRange(0, 4),
+    ApiKey.JOIN_GROUP: VersionRange(0, 9),
+    ApiKey.HEARTBEAT: VersionRange(0, 4),
+    ApiKey.LEAVE_GROUP: VersionRange(0, 5),
+    ApiKey.SYNC_GROUP: VersionRange(0, 5),
+    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+    ApiKey.LIST_GROUPS: VersionRange(0, 4),
+    ApiKey.API_VERSIONS: VersionRange(0, 3),
+    ApiKey.CREATE_TOPICS: VersionRange(2, 7),
+    ApiKey.DELETE_TOPICS: VersionRange(1, 6),
+    ApiKey.DELETE_RECORDS: VersionRange(0, 2),
+    ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),
+    ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
+    ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
+    ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
+    ApiKey.DELETE_GROUPS: VersionRange(0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.OFFSET_DELETE: VersionRange(0, 0),
+    ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
+}
+
+
+def version_range(api_key: int) -> VersionRange | None:
+    try:
+        return SERVED_VERSIONS[ApiKey(api_key)]
+    except ValueError:
+        return None

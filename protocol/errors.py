@@ -1,0 +1,74 @@
+"""Kafka error codes and the typed errors of the protocol layer.
+
+``ErrorCode`` is kio's IntEnum (generated from Kafka's own error table, with a
+``retriable`` flag); we re-export it so the rest of Kafscale never reaches into
+kio for it.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "ErrorCode",
+    "KafkaError",
+    "ProtocolError",
+    "FrameTooLarge",
+    "MalformedFrame",
+    "UnsupportedVersion",
+    "CorruptBatch",
+    "CompressionError",
+    "SegmentFormatError",
+]
+
+
+class KafkaError(Exception):
+    """An error that maps to one Kafka error code (answered to the client)."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class ProtocolError(Exception):
+    """The peer broke the wire protocol; the connection must be closed."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A size prefix announced more bytes than the configured maximum."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the maximum of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class MalformedFrame(ProtocolError):
+    """A frame whose header or body could not be decoded."""
+
+
+class UnsupportedVersion(KafkaError):
+    """An API key or version we do not serve (answered with UNSUPPORTED_VERSION)."""
+
+    def __init__(self, api_key: int, api_version: int) -> None:
+        super().__init__(
+            ErrorCode.unsupported_version,
+            f"api key {api_key} version {api_version} is not supported",
+        )
+        self.api_key = api_key
+        self.api_version = api_version
+
+
+class CorruptBatch(KafkaError):
+    """A record batch that fails structure or CRC validation (CORRUPT_MESSAGE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.corrupt_message, message)
+
+
+class CompressionError(CorruptBatch):
+    """A compressed record payload that cannot be decompressed."""
+
+
+class SegmentFormatError(Exception):
+    """A segment or index object that is truncated, torn or corrupt."""

@@ -1,0 +1,358 @@
+"""Kafka RecordBatch v2 (magic 2): validate, re-stamp, iterate, build.
+
+Layout of the 61-byte header (big-endian)::
+
+    0  base_offset            int64   -- not covered by the CRC
+    8  batch_length           int32   -- bytes after this field
+    12 partition_leader_epoch int32   -- not covered by the CRC
+    16 magic                  int8    == 2
+    17 crc                    uint32  -- CRC-32C of bytes [21, 12 + batch_length)
+    21 attributes             int16   -- codec bits 0-2, timestamp type 3,
+                                         transactional 4, control 5
+    23 last_offset_delta      int32
+    27 base_timestamp         int64
+    35 max_timestamp          int64
+    43 producer_id            int64
+    51 producer_epoch         int16
+    53 base_sequence          int32
+    57 records_count          int32
+
+The produce hot path only parses headers, checks CRCs and rewrites
+``base_offset``; batches are stored byte-exact in the client's compression.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from typing import Iterable, Iterator, NamedTuple, Sequence
+
+from crc32c import crc32c
+
+from .compression import Compression, compress, decompress
+from .errors import CorruptBatch
+from .varint import read_varint, write_varint
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "BatchHeader",
+    "Record",
+    "RecordHeader",
+    "parse_batch_header",
+    "split_batches",
+    "validate_record_set",
+    "restamp",
+    "iter_records",
+    "build_batch",
+]
+
+BATCH_HEADER_SIZE = 61
+_OVERHEAD = 12  # base_offset + batch_length, outside batch_length
+_CRC_START = 21
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    position: int = 0  # where the batch starts in the buffer it was parsed from
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole batch, header included."""
+        return self.batch_length + _OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & _TIMESTAMP_TYPE_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+
+class RecordHeader(NamedTuple):
+    key: str
+    value: bytes | None
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int  # milliseconds since the epoch
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[RecordHeader, ...] = ()
+
+
+def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse and sanity-check one batch header at ``pos`` (no CRC check)."""
+    if len(data) - pos < BATCH_HEADER_SIZE:
+        raise CorruptBatch(
+            f"{len(data) - pos} bytes left at position {pos}, a batch header needs 61"
+        )
+    fields = _HEADER.unpack_from(data, pos)
+    header = BatchHeader(*fields, position=pos)
+    if header.magic != 2:
+        raise CorruptBatch(f"unsupported record batch magic {header.magic} (only v2)")
+    if header.batch_length < BATCH_HEADER_SIZE - _OVERHEAD:
+        raise CorruptBatch(f"batch length {header.batch_length} is shorter than its header")
+    if pos + header.size > len(data):
+        raise CorruptBatch(
+            f"batch at position {pos} claims {header.size} bytes, "
+            f"only {len(data) - pos} remain"
+        )
+    if header.records_count < 0 or header.last_offset_delta < 0:
+        raise CorruptBatch("negative record count or last offset delta")
+    if header.compression > Compression.ZSTD:
+        raise CorruptBatch(f"unknown compression codec {header.compression}")
+    return header
+
+
+def split_batches(data: bytes | memoryview, *, check_crc: bool = True) -> list[BatchHeader]:
+    """Parse every batch of a record set, checking structure and (optionally) CRCs."""
+    view = memoryview(data)
+    headers: list[BatchHeader] = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        header = parse_batch_header(view, pos)
+        batch_end = pos + header.size
+        if check_crc and crc32c(view[pos + _CRC_START : batch_end]) != header.crc:
+            raise CorruptBatch(f"CRC mismatch in batch at position {pos}")
+        headers.append(header)
+        pos = batch_end
+    return headers
+
+
+def validate_record_set(data: bytes | memoryview) -> list[BatchHeader]:
+    """What a produce request must pass: at least one batch, each well formed with a good
+    CRC, and a record count that agrees with its last offset delta."""
+    headers = split_batches(data)
+    if not headers:
+        raise CorruptBatch("empty record set")
+    for header in headers:
+        if header.records_count == 0 or header.last_offset_delta != header.records_count - 1:
+            raise CorruptBatch(
+                f"batch at position {header.position} has {header.records_count} records "
+                f"but last offset delta {header.last_offset_delta}"
+            )
+    return headers
+
+
+def restamp(
+    buffer: bytearray, headers: Sequence[BatchHeader], base_offset: int
+) -> list[BatchHeader]:
+    """Rewrite each batch's base offset so the record set starts at ``base_offset``.
+
+    Only the first 8 bytes of each batch change; the CRC does not cover them.
+    Returns the headers as they now read.
+    """
+    stamped = []
+    next_offset = base_offset
+    for header in headers:
+        _BASE_OFFSET.pack_into(buffer, header.position, next_offset)
+        stamped.append(replace(header, base_offset=next_offset))
+        next_offset += header.last_offset_delta + 1
+    return stamped
+
+
+def iter_records(batch: bytes | memoryview, header: BatchHeader | None = None) -> Iterator[Record]:
+    """Decode the records of one batch (decompressing if needed).
+
+    Control batches yield their control records like any other; callers that
+    serve user data skip ``header.is_control`` batches.
+    """
+    if header is None:
+        header = parse_batch_header(batch, 0)
+    start = header.position + BATCH_HEADER_SIZE
+    end = header.position + header.size
+    payload = batch[start:end]
+    if header.compression:
+        payload = decompress(header.compression, payload)
+    else:
+        payload = bytes(payload)
+    return _decode_records(payload, header)
+
+
+def _decode_records(payload: bytes, header: BatchHeader) -> Iterator[Record]:
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    log_append = header.log_append_time
+    pos = 0
+    size = len(payload)
+    for _ in range(header.records_count):
+        length, pos = read_varint(payload, pos)
+        record_end = pos + length
+        if length < 6 or record_end > size:
+            raise CorruptBatch(f"record length {length} runs past the batch")
+        pos += 1  # attributes, unused in v2
+        timestamp_delta, pos = read_varint(payload, pos)
+        offset_delta, pos = read_varint(payload, pos)
+        key_len, pos = read_varint(payload, pos)
+        if key_len < 0:
+            key = None
+        else:
+            key = payload[pos : pos + key_len]
+            pos += key_len
+        value_len, pos = read_varint(payload, pos)
+        if value_len < 0:
+            value = None
+        else:
+            value = payload[pos : pos + value_len]
+            pos += value_len
+        header_count, pos = read_varint(payload, pos)
+        headers: tuple[RecordHeader, ...] = ()
+        if header_count:
+            if header_count < 0:
+                raise CorruptBatch("negative header count")
+            headers, pos = _decode_headers(payload, pos, header_count, record_end)
+        if pos != record_end:
+            raise CorruptBatch("record fields do not add up to the record length")
+        yield Record(
+            base_offset + offset_delta,
+            header.max_timestamp if log_append else base_timestamp + timestamp_delta,
+            key,
+            value,
+            headers,
+        )
+    if pos != size:
+        raise CorruptBatch(f"{size - pos} bytes after the last record of the batch")
+
+
+def _decode_headers(
+    payload: bytes, pos: int, count: int, limit: int
+) -> tuple[tuple[RecordHeader, ...], int]:
+    headers = []
+    for _ in range(count):
+        key_len, pos = read_varint(payload, pos)
+        if key_len < 0 or pos + key_len > limit:
+            raise CorruptBatch("bad record header key length")
+        try:
+            key = payload[pos : pos + key_len].decode()
+        except UnicodeDecodeError:
+            raise CorruptBatch("record header key is not UTF-8") from None
+        pos += key_len
+        value_len, pos = read_varint(payload, pos)
+        if value_len < 0:
+            value = None
+        else:
+            if pos + value_len > limit:
+                raise CorruptBatch("bad record header value length")
+            value = payload[pos : pos + value_len]
+            pos += value_len
+        headers.append(RecordHeader(key, value))
+    return tuple(headers), pos
+
+
+def build_batch(
+    records: Iterable[tuple[bytes | None, bytes | None]] | Iterable[Record],
+    *,
+    base_offset: int = 0,
+    base_timestamp: int = 0,
+    compression: Compression = Compression.NONE,
+    xerial: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    log_append_time: bool = False,
+) -> bytes:
+    """Build one v2 batch. ``records`` are ``Record``s (their offsets and timestamps
+    are kept relative to the first) or ``(key, value)`` pairs."""
+    normalised: list[Record] = []
+    for index, item in enumerate(records):
+        if isinstance(item, Record):
+            normalised.append(item)
+        else:
+            key, value = item
+            normalised.append(Record(base_offset + index, base_timestamp, key, value))
+    if not normalised:
+        raise ValueError("a batch needs at least one record")
+    first_offset = normalised[0].offset
+    first_timestamp = normalised[0].timestamp
+    body = bytearray()
+    for record in normalised:
+        body += _encode_record(record, first_offset, first_timestamp)
+    payload = compress(compression, bytes(body), xerial=xerial)
+    attributes = int(compression)
+    if log_append_time:
+        attributes |= _TIMESTAMP_TYPE_BIT
+    if transactional:
+        attributes |= _TRANSACTIONAL_BIT
+    if control:
+        attributes |= _CONTROL_BIT
+    last_offset_delta = normalised[-1].offset - first_offset
+    max_timestamp = max(record.timestamp for record in normalised)
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        attributes,
+        last_offset_delta,
+        first_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(normalised),
+    ) + payload
+    batch_length = 4 + 1 + 4 + len(after_crc)
+    return (
+        struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc32c(after_crc))
+        + after_crc
+    )
+
+
+def _encode_record(record: Record, first_offset: int, first_timestamp: int) -> bytes:
+    body = bytearray(b"\x00")
+    write_varint(record.timestamp - first_timestamp, body)
+    write_varint(record.offset - first_offset, body)
+    _write_nullable(record.key, body)
+    _write_nullable(record.value, body)
+    write_varint(len(record.headers), body)
+    for header_key, header_value in record.headers:
+        raw_key = header_key.encode()
+        write_varint(len(raw_key), body)
+        body += raw_key
+        _write_nullable(header_value, body)
+    out = bytearray()
+    write_varint(len(body), out)
+    return bytes(out + body)
+
+
+def _write_nullable(data: bytes | None, out: bytearray) -> None:
+    if data is None:
+        write_varint(-1, out)
+    else:
+        write_varint(len(data), out)
+        out += data

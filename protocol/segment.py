@@ -1,0 +1,213 @@
+"""The Kafscale segment object: a header, the stored Kafka v2 batches byte-exact, a footer.
+
+::
+
+    header (32 bytes, big-endian)
+      0  magic          4  b"KAFS"
+      4  version        2  1
+      6  flags          2  0 (compression is per batch, in each batch's attributes)
+      8  base_offset    8  offset of the first record
+      16 record_count   4  records in the segment
+      20 created_ms     8  wall-clock time the segment was sealed
+      28 batch_count    4  batches in the segment (the spec's "reserved")
+    batches: Kafka RecordBatch v2, base offsets absolute, CRCs untouched
+    footer (16 bytes)
+      0  crc32c         4  CRC-32C of all batch bytes
+      4  last_offset    8  offset of the last record
+      12 magic          4  b"END!"
+
+A reader trusts nothing it has not checked: a torn or partial object (no
+footer, wrong sizes, CRC mismatch) raises :class:`SegmentFormatError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+
+from crc32c import crc32c
+
+from .errors import CorruptBatch, SegmentFormatError
+from .records import BatchHeader, split_batches
+
+__all__ = [
+    "SEGMENT_HEADER_SIZE",
+    "SEGMENT_FOOTER_SIZE",
+    "SegmentHeader",
+    "SegmentFooter",
+    "SegmentBuilder",
+    "Segment",
+    "parse_segment_header",
+    "parse_segment_footer",
+    "read_segment",
+]
+
+SEGMENT_MAGIC = b"KAFS"
+FOOTER_MAGIC = b"END!"
+SEGMENT_VERSION = 1
+SEGMENT_HEADER_SIZE = 32
+SEGMENT_FOOTER_SIZE = 16
+_HEADER = struct.Struct(">4sHHqIqI")
+_FOOTER = struct.Struct(">Iq4s")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    base_offset: int
+    record_count: int
+    created_ms: int
+    batch_count: int
+    version: int = SEGMENT_VERSION
+    flags: int = 0
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(
+            SEGMENT_MAGIC,
+            self.version,
+            self.flags,
+            self.base_offset,
+            self.record_count,
+            self.created_ms,
+            self.batch_count,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFooter:
+    crc: int
+    last_offset: int
+
+    def encode(self) -> bytes:
+        return _FOOTER.pack(self.crc, self.last_offset, FOOTER_MAGIC)
+
+
+def parse_segment_header(data: bytes | memoryview) -> SegmentHeader:
+    if len(data) < SEGMENT_HEADER_SIZE:
+        raise SegmentFormatError(f"segment header truncated ({len(data)} of 32 bytes)")
+    magic, version, flags, base_offset, record_count, created_ms, batch_count = _HEADER.unpack_from(
+        data, 0
+    )
+    if magic != SEGMENT_MAGIC:
+        raise SegmentFormatError(f"bad segment magic {bytes(magic)!r}")
+    if version != SEGMENT_VERSION:
+        raise SegmentFormatError(f"unsupported segment version {version}")
+    if base_offset < 0:
+        raise SegmentFormatError(f"negative segment base offset {base_offset}")
+    return SegmentHeader(base_offset, record_count, created_ms, batch_count, version, flags)
+
+
+def parse_segment_footer(data: bytes | memoryview) -> SegmentFooter:
+    """Parse the last 16 bytes of a segment object."""
+    if len(data) < SEGMENT_FOOTER_SIZE:
+        raise SegmentFormatError(f"segment footer truncated ({len(data)} of 16 bytes)")
+    crc, last_offset, magic = _FOOTER.unpack_from(data, len(data) - SEGMENT_FOOTER_SIZE)
+    if magic != FOOTER_MAGIC:
+        raise SegmentFormatError("segment footer magic missing: torn or partial object")
+    return SegmentFooter(crc, last_offset)
+
+
+class SegmentBuilder:
+    """Accumulates already-stamped batches and seals them into one segment object."""
+
+    def __init__(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self.next_offset = base_offset
+        self.record_count = 0
+        self._parts: list[bytes | bytearray | memoryview] = []
+        self._crc = 0
+        self._size = 0
+        self.batches: list[BatchHeader] = []  # positions are absolute in the object
+
+    @property
+    def body_size(self) -> int:
+        return self._size
+
+    @property
+    def object_size(self) -> int:
+        return SEGMENT_HEADER_SIZE + self._size + SEGMENT_FOOTER_SIZE
+
+    def append(self, record_set: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+        """Append a stamped record set whose batches are ``headers`` (positions relative
+        to the record set). Offsets must continue exactly from the last append."""
+        position = SEGMENT_HEADER_SIZE + self._size
+        for header in headers:
+            if header.base_offset != self.next_offset:
+                raise ValueError(
+                    f"batch base offset {header.base_offset} does not continue at {self.next_offset}"
+                )
+            self.next_offset = header.last_offset + 1
+            self.record_count += header.records_count
+            self.batches.append(_moved(header, position + header.position))
+        self._parts.append(record_set)
+        self._crc = crc32c(record_set, self._crc)
+        self._size += len(record_set)
+
+    def seal(self, created_ms: int) -> bytes:
+        if not self.batches:
+            raise ValueError("an empty segment cannot be sealed")
+        header = SegmentHeader(self.base_offset, self.record_count, created_ms, len(self.batches))
+        footer = SegmentFooter(self._crc, self.next_offset - 1)
+        return b"".join([header.encode(), *self._parts, footer.encode()])
+
+
+def _moved(header: BatchHeader, position: int) -> BatchHeader:
+    return replace(header, position=position)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    header: SegmentHeader
+    footer: SegmentFooter
+    data: bytes  # the whole object
+    batches: list[BatchHeader]  # positions absolute in ``data``
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.footer.last_offset
+
+    def batch_bytes(self, header: BatchHeader) -> memoryview:
+        return memoryview(self.data)[header.position : header.position + header.size]
+
+
+def read_segment(data: bytes) -> Segment:
+    """Fully validate a whole segment object."""
+    if len(data) < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
+        raise SegmentFormatError(f"segment object of {len(data)} bytes is truncated")
+    header = parse_segment_header(data)
+    footer = parse_segment_footer(data)
+    body = memoryview(data)[SEGMENT_HEADER_SIZE : len(data) - SEGMENT_FOOTER_SIZE]
+    if crc32c(body) != footer.crc:
+        raise SegmentFormatError("segment CRC mismatch")
+    try:
+        batches = split_batches(body)
+    except CorruptBatch as exc:
+        raise SegmentFormatError(f"segment body is not a sequence of batches: {exc}") from exc
+    if len(batches) != header.batch_count:
+        raise SegmentFormatError(
+            f"segment holds {len(batches)} batches, its header says {header.batch_count}"
+        )
+    if not batches:
+        raise SegmentFormatError("segment holds no batches")
+    expected = header.base_offset
+    records = 0
+    for batch in batches:
+        if batch.base_offset != expected:
+            raise SegmentFormatError(
+                f"batch at {batch.position} starts at offset {batch.base_offset}, expected {expected}"
+            )
+        expected = batch.last_offset + 1
+        records += batch.records_count
+    if expected - 1 != footer.last_offset:
+        raise SegmentFormatError(
+            f"footer last offset {footer.last_offset} disagrees with the batches ({expected - 1})"
+        )
+    if records != header.record_count:
+        raise SegmentFormatError(
+            f"segment holds {records} records, its header says {header.record_count}"
+        )
+    absolute = [_moved(batch, batch.position + SEGMENT_HEADER_SIZE) for batch in batches]
+    return Segment(header, footer, data, absolute)

@@ -1,0 +1,1 @@
+"""Spark data-source discovery hook: Spark imports top-level ``pyspark_*`` modules."""
