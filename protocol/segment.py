@@ -12,7 +12,7 @@
       28 batch_count    4  batches in the segment (the spec's "reserved")
     batches: Kafka RecordBatch v2, base offsets absolute, CRCs untouched
     footer (16 bytes)
-      0  crc32c         4  CRC-32C of all batch bytes
+      0  crc32c         4  CRC-32C of the header and all batch bytes
       4  last_offset    8  offset of the last record
       12 magic          4  b"END!"
 
@@ -114,7 +114,6 @@ class SegmentBuilder:
         self.next_offset = base_offset
         self.record_count = 0
         self._parts: list[bytes | bytearray | memoryview] = []
-        self._crc = 0
         self._size = 0
         self.batches: list[BatchHeader] = []  # positions are absolute in the object
 
@@ -139,15 +138,20 @@ class SegmentBuilder:
             self.record_count += header.records_count
             self.batches.append(_moved(header, position + header.position))
         self._parts.append(record_set)
-        self._crc = crc32c(record_set, self._crc)
         self._size += len(record_set)
 
     def seal(self, created_ms: int) -> bytes:
         if not self.batches:
             raise ValueError("an empty segment cannot be sealed")
-        header = SegmentHeader(self.base_offset, self.record_count, created_ms, len(self.batches))
-        footer = SegmentFooter(self._crc, self.next_offset - 1)
-        return b"".join([header.encode(), *self._parts, footer.encode()])
+        header = SegmentHeader(
+            self.base_offset, self.record_count, created_ms, len(self.batches)
+        ).encode()
+        # The CRC covers the header too, so no bit of the object goes unchecked.
+        crc = crc32c(header)
+        for part in self._parts:
+            crc = crc32c(part, crc)
+        footer = SegmentFooter(crc, self.next_offset - 1)
+        return b"".join([header, *self._parts, footer.encode()])
 
 
 def _moved(header: BatchHeader, position: int) -> BatchHeader:
@@ -179,9 +183,9 @@ def read_segment(data: bytes) -> Segment:
         raise SegmentFormatError(f"segment object of {len(data)} bytes is truncated")
     header = parse_segment_header(data)
     footer = parse_segment_footer(data)
-    body = memoryview(data)[SEGMENT_HEADER_SIZE : len(data) - SEGMENT_FOOTER_SIZE]
-    if crc32c(body) != footer.crc:
+    if crc32c(memoryview(data)[: len(data) - SEGMENT_FOOTER_SIZE]) != footer.crc:
         raise SegmentFormatError("segment CRC mismatch")
+    body = memoryview(data)[SEGMENT_HEADER_SIZE : len(data) - SEGMENT_FOOTER_SIZE]
     try:
         batches = split_batches(body)
     except CorruptBatch as exc:

@@ -1,0 +1,12 @@
+import os
+
+from hypothesis import HealthCheck, settings
+
+# CI runs a deterministic profile so a red build is reproducible; locally,
+# hypothesis explores new examples each run.
+settings.register_profile(
+    "ci", derandomize=True, max_examples=150, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
