@@ -1,0 +1,1 @@
+"""Kafscale benchmark runner: ``python -m bench [section ...]``."""

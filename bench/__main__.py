@@ -1,0 +1,29 @@
+"""Run benchmark sections and rewrite docs/benchmarks.md: ``python -m bench [section ...]``."""
+
+from __future__ import annotations
+
+import sys
+
+from . import protocol_bench, report
+
+SECTIONS = {
+    "protocol": protocol_bench.run,
+}
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or list(SECTIONS)
+    unknown = [name for name in chosen if name not in SECTIONS]
+    if unknown:
+        print(f"unknown section(s): {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+        return 2
+    for name in chosen:
+        print(f"== {name}")
+        SECTIONS[name]()
+    report.write_doc()
+    print(f"wrote {report.DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
