@@ -1,0 +1,71 @@
+"""The storage interface every backend implements, and its errors.
+
+Backends are synchronous (obstore's sync API releases the GIL); the gateway
+calls them from worker threads with its own capacity limiter. Keys are
+``/``-separated strings relative to the store's root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "ObjectInfo",
+    "ObjectStore",
+    "StorageError",
+    "ObjectNotFound",
+    "ObjectExists",
+    "StorageUnavailable",
+]
+
+
+class StorageError(Exception):
+    """Any failure of the object store."""
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """The key does not exist."""
+
+
+class ObjectExists(StorageError):
+    """put-if-absent lost: an object already exists at the key."""
+
+
+class StorageUnavailable(StorageError):
+    """The store could not be reached or failed the request (retriable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A small object-store interface: whole-object writes, ranged reads, sorted listings."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write (or replace) the object at ``key``; durable when this returns."""
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists."""
+
+    def get(self, key: str) -> bytes:
+        """The whole object; :class:`ObjectNotFound` if missing."""
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object (shorter if the object is)."""
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size of the object, or ``None`` if missing."""
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix``, sorted by key."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object; deleting a missing key is not an error."""
+
+    def describe(self) -> str:
+        """A short human description (for logs and /readyz)."""

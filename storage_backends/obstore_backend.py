@@ -1,0 +1,132 @@
+"""Adapters from obstore stores to our :class:`ObjectStore` interface."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, BaseError
+from obstore.store import LocalStore, MemoryStore
+
+from .base import ObjectExists, ObjectInfo, ObjectNotFound, StorageUnavailable
+
+__all__ = ["ObstoreBackend", "LocalBackend", "MemoryBackend"]
+
+
+class ObstoreBackend:
+    """Any obstore store behind our interface, with its errors translated."""
+
+    def __init__(self, store, description: str) -> None:
+        self._store = store
+        self._description = description
+
+    def describe(self) -> str:
+        return self._description
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call(obstore.put, key, data, mode="overwrite")
+        self._made_durable(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        try:
+            obstore.put(self._store, key, data, mode="create")
+        except AlreadyExistsError as exc:
+            raise ObjectExists(key) from exc
+        except FileExistsError as exc:
+            raise ObjectExists(key) from exc
+        except BaseError as exc:
+            raise StorageUnavailable(f"put {key}: {exc}") from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"put {key}: {exc}") from exc
+        self._made_durable(key)
+
+    def get(self, key: str) -> bytes:
+        return bytes(self._call(obstore.get, key).bytes())
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        info = self.head(key)
+        if info is None:
+            raise ObjectNotFound(key)
+        end = min(end, info.size)
+        if end <= start:
+            return b""
+        return bytes(self._call(obstore.get_range, key, start=start, end=end))
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            meta = self._call(obstore.head, key)
+        except ObjectNotFound:
+            return None
+        return ObjectInfo(meta["path"], meta["size"])
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        prefix = prefix.rstrip("/")
+        try:
+            items = obstore.list(self._store, prefix=prefix or None).collect()
+        except FileNotFoundError:
+            return []
+        except (BaseError, OSError) as exc:
+            raise StorageUnavailable(f"list {prefix}: {exc}") from exc
+        # LocalStore lists in directory order; callers rely on key order.
+        return sorted((ObjectInfo(item["path"], item["size"]) for item in items), key=lambda i: i.key)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._call(obstore.delete, key)
+        except ObjectNotFound:
+            pass
+
+    def _call(self, function, key: str, *args, **kwargs):
+        try:
+            return function(self._store, key, *args, **kwargs)
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(key) from exc
+        except (BaseError, OSError) as exc:
+            raise StorageUnavailable(f"{function.__name__} {key}: {exc}") from exc
+
+    def _made_durable(self, key: str) -> None:
+        """Hook for backends whose writes are not durable when the call returns."""
+
+
+class LocalBackend(ObstoreBackend):
+    """The local filesystem; writes are fsync'd (file and directory) before returning."""
+
+    def __init__(self, root: str | os.PathLike, *, fsync: bool = True) -> None:
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        super().__init__(LocalStore(str(self.root), mkdir=True), f"file://{self.root}")
+        self._fsync = fsync
+
+    def _made_durable(self, key: str) -> None:
+        if not self._fsync:
+            return
+        path = self.root / key
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            # The new directory entry must reach the disk too.
+            directory = path.parent
+            while True:
+                dir_fd = os.open(directory, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+                if directory == self.root or self.root not in directory.parents:
+                    break
+                directory = directory.parent
+        except OSError as exc:
+            raise StorageUnavailable(f"fsync {key}: {exc}") from exc
+
+
+class MemoryBackend(ObstoreBackend):
+    """obstore's in-memory store: for tests and benchmarks, nothing survives the process."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore(), "memory://")

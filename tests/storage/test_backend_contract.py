@@ -1,0 +1,97 @@
+"""One contract, run against every backend."""
+
+import threading
+
+import pytest
+
+from kafscale.storage_backends import (
+    LocalBackend,
+    MemoryBackend,
+    ObjectExists,
+    ObjectNotFound,
+    ObjectStore,
+    open_store,
+)
+
+
+@pytest.fixture(params=["memory", "local", "local-nofsync"])
+def store(request, tmp_path) -> ObjectStore:
+    if request.param == "memory":
+        return MemoryBackend()
+    return LocalBackend(tmp_path / "data", fsync=request.param == "local")
+
+
+def test_put_get_head_delete(store):
+    store.put("ns/t/0/a", b"hello")
+    assert store.get("ns/t/0/a") == b"hello"
+    assert store.head("ns/t/0/a").size == 5
+    store.put("ns/t/0/a", b"replaced")
+    assert store.get("ns/t/0/a") == b"replaced"
+    store.delete("ns/t/0/a")
+    assert store.head("ns/t/0/a") is None
+    store.delete("ns/t/0/a")  # idempotent
+
+
+def test_missing_objects(store):
+    with pytest.raises(ObjectNotFound):
+        store.get("nope")
+    with pytest.raises(FileNotFoundError):  # ObjectNotFound is a FileNotFoundError too
+        store.get_range("nope", 0, 10)
+    assert store.head("nope") is None
+    assert store.list("nope/") == []
+
+
+def test_put_if_absent_has_one_winner(store):
+    store.put_if_absent("k", b"first")
+    with pytest.raises(ObjectExists):
+        store.put_if_absent("k", b"second")
+    assert store.get("k") == b"first"
+
+
+def test_put_if_absent_race(store):
+    winners = []
+    barrier = threading.Barrier(8)
+
+    def contend(i):
+        barrier.wait()
+        try:
+            store.put_if_absent("race", b"%d" % i)
+            winners.append(i)
+        except ObjectExists:
+            pass
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert store.get("race") == b"%d" % winners[0]
+
+
+def test_ranges(store):
+    store.put("r", bytes(range(100)))
+    assert store.get_range("r", 10, 20) == bytes(range(10, 20))
+    assert store.get_range("r", 90, 200) == bytes(range(90, 100))
+    assert store.get_range("r", 100, 200) == b""
+    assert store.get_range("r", 5, 5) == b""
+
+
+def test_list_is_sorted_and_prefixed(store):
+    keys = ["ns/t/0/segment-%020d.kfs" % o for o in (500, 3, 10_000, 42)] + ["ns/u/0/x", "other/y"]
+    for key in keys:
+        store.put(key, b"x" * len(key))
+    listed = store.list("ns/t/0/")
+    assert [i.key for i in listed] == sorted(keys[:4])
+    assert all(i.size == len(i.key) for i in listed)
+    assert [i.key for i in store.list("ns/")] == sorted(keys[:5])
+
+
+def test_open_store(tmp_path):
+    assert isinstance(open_store("memory://"), MemoryBackend)
+    local = open_store(str(tmp_path / "d"))
+    local.put("a", b"1")
+    assert (tmp_path / "d" / "a").read_bytes() == b"1"
+    assert open_store(f"file://{tmp_path}/e").describe().endswith("/e")
+    with pytest.raises(ValueError, match="unsupported"):
+        open_store("ftp://x")
