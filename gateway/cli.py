@@ -1,0 +1,45 @@
+"""``kafscale-gateway``: run the gateway until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import trio
+
+from .config import ConfigError, load_config
+from .logsetup import setup_logging
+from .server import StartupError, serve
+
+
+async def _run(config) -> None:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        async def on_signals():
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    shutdown.set()
+                    return
+
+        nursery.start_soon(on_signals)
+        await serve(config, shutdown)
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = load_config(argv)
+    except ConfigError as exc:
+        print(f"kafscale-gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level, config.log_format)
+    try:
+        trio.run(_run, config)
+    except StartupError as exc:
+        print(f"kafscale-gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""One typed configuration object, built from defaults < TOML file < KAFSCALE_* env < CLI flags."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, Mapping, Sequence
+
+__all__ = ["GatewayConfig", "ConfigError", "load_config", "build_parser"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or out of range."""
+
+
+def _opt(default: Any, help: str, *, minimum: int | None = None, choices: tuple | None = None):
+    return field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices})
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    # Network
+    host: str = _opt("127.0.0.1", "address to listen on for Kafka clients")
+    port: int = _opt(9092, "Kafka listener port", minimum=0)
+    advertised_host: str = _opt("", "host clients are told to connect to (default: --host)")
+    advertised_port: int = _opt(0, "port clients are told to connect to (default: --port)", minimum=0)
+    http_host: str = _opt("127.0.0.1", "address of the /metrics, /healthz, /readyz listener")
+    http_port: int = _opt(9094, "port of the HTTP listener (0 picks a free one, -1 disables it)", minimum=-1)
+    node_id: int = _opt(0, "broker id this gateway reports in Metadata", minimum=0)
+    cluster_id: str = _opt("kafscale", "cluster id reported in Metadata and DescribeCluster")
+
+    # Storage
+    storage: str = _opt("./data", "where topics live: a directory, file:///path or memory://")
+    namespace: str = _opt("kafscale", "first component of every object key")
+    fsync: bool = _opt(True, "fsync segment files before acknowledging (filesystem backend)")
+
+    # Produce path
+    linger_ms: int = _opt(2, "how long a partition gathers produce requests into one flush", minimum=0)
+    flush_bytes: int = _opt(4 * 2**20, "flush a partition as soon as this many bytes wait", minimum=1)
+    segment_bytes: int = _opt(64 * 2**20, "largest segment object; a bigger flush is split", minimum=1024)
+    index_interval: int = _opt(1000, "records between sparse index entries", minimum=1)
+    max_message_bytes: int = _opt(1048588, "largest record batch accepted (Kafka's message.max.bytes)", minimum=1)
+
+    # Topics
+    auto_create_topics: bool = _opt(True, "create unknown topics on Metadata and Produce, as Kafka does")
+    default_partitions: int = _opt(1, "partitions of an auto-created topic", minimum=1)
+
+    # Limits
+    max_frame_bytes: int = _opt(100 * 2**20, "largest request frame; bigger ones close the connection", minimum=64)
+    max_inflight_bytes: int = _opt(256 * 2**20, "request bytes in flight across all connections", minimum=1024)
+    max_inflight_requests: int = _opt(64, "pipelined requests in flight per connection", minimum=1)
+    request_timeout_ms: int = _opt(30_000, "longest a request may take before REQUEST_TIMED_OUT", minimum=1)
+    storage_threads: int = _opt(8, "worker threads doing object-store calls", minimum=1)
+    cache_bytes: int = _opt(256 * 2**20, "bytes of recent segments kept in memory for fetches", minimum=0)
+    shutdown_timeout_ms: int = _opt(10_000, "grace period to flush on SIGTERM/SIGINT", minimum=0)
+
+    # Logs
+    log_level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    log_format: str = _opt("text", "log line format", choices=("text", "json"))
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return (self.advertised_host or self.host, self.advertised_port or self.port)
+
+    def validate(self) -> GatewayConfig:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            minimum = item.metadata.get("minimum")
+            if minimum is not None and value < minimum:
+                raise ConfigError(f"{item.name} must be >= {minimum}, got {value}")
+            choices = item.metadata.get("choices")
+            if choices and value not in choices:
+                raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
+        if self.segment_bytes < self.max_message_bytes:
+            raise ConfigError("segment_bytes must be at least max_message_bytes")
+        if not self.namespace or "/" in self.namespace:
+            raise ConfigError("namespace must be a non-empty name without '/'")
+        return self
+
+
+def _parse_value(name: str, kind: type, raw: Any, source: str) -> Any:
+    if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
+        return raw
+    if isinstance(raw, str):
+        if kind is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+        elif kind is int:
+            try:
+                return int(raw.replace("_", ""))
+            except ValueError:
+                pass
+        elif kind is str:
+            return raw
+    raise ConfigError(f"{name} from {source}: expected {kind.__name__}, got {raw!r}")
+
+
+_TYPES = {"int": int, "bool": bool, "str": str}
+
+
+def _field_type(item) -> type:
+    return _TYPES[item.type] if isinstance(item.type, str) else item.type
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kafscale-gateway",
+        description="A Kafka-compatible gateway that keeps topics in object storage. "
+        "Every option can also be set as KAFSCALE_<OPTION> in the environment or in a TOML "
+        "file (--config); flags win over the environment, which wins over the file.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML file with option = value lines")
+    for item in fields(GatewayConfig):
+        flag = "--" + item.name.replace("_", "-")
+        kind = _field_type(item)
+        default = item.default if item.default is not MISSING else None
+        env = "KAFSCALE_" + item.name.upper()
+        text = f"{item.metadata['help']} (default: {default!r}; env {env})"
+        if kind is bool:
+            parser.add_argument(flag, dest=item.name, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            parser.add_argument(flag, dest=item.name, default=None, metavar=kind.__name__.upper(), help=text)
+    return parser
+
+
+def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    environ = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    values: dict[str, Any] = {}
+    known = {item.name: item for item in fields(GatewayConfig)}
+    config_file = args.config or environ.get("KAFSCALE_CONFIG")
+    if config_file:
+        try:
+            with open(config_file, "rb") as handle:
+                document = tomllib.load(handle)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from exc
+        for key, raw in document.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                raise ConfigError(f"unknown option {key!r} in {config_file}")
+            values[name] = _parse_value(name, _field_type(known[name]), raw, config_file)
+    for name, item in known.items():
+        env = "KAFSCALE_" + name.upper()
+        if env in environ:
+            values[name] = _parse_value(name, _field_type(item), environ[env], env)
+    for name, item in known.items():
+        raw = getattr(args, name)
+        if raw is not None:
+            values[name] = _parse_value(name, _field_type(item), raw, "--" + name.replace("_", "-"))
+    return replace(GatewayConfig(), **values).validate()

@@ -1,0 +1,60 @@
+"""The handler registry: one module per API family registers (api_key, handle, error builder).
+
+ApiVersions is generated from this registry intersected with the protocol's
+version table, so we never advertise an API we cannot answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, VersionRange
+from kafscale.protocol.entities import build
+from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.messages import Request, response_class
+
+__all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions"]
+
+HandleFn = Callable[..., Awaitable[Any]]
+ErrorFn = Callable[[Request, ErrorCode], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    api_key: ApiKey
+    handle: HandleFn
+    error: ErrorFn
+    # Ordered handlers take a third argument, ``admitted``, and call it once their
+    # effects are ordered (e.g. produce offsets assigned); the connection reads the
+    # next request only then. Others are admitted as soon as they start.
+    ordered: bool = False
+    versions: VersionRange | None = None
+
+    @property
+    def served(self) -> VersionRange:
+        return self.versions or SERVED_VERSIONS[self.api_key]
+
+
+REGISTRY: dict[int, Handler] = {}
+
+
+def register(api_key: ApiKey, *, error: ErrorFn, ordered: bool = False, versions: VersionRange | None = None):
+    def decorator(function: HandleFn) -> HandleFn:
+        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions)
+        return function
+
+    return decorator
+
+
+def respond(request: Request, values: dict[str, Any]) -> Any:
+    """Build the response of the request's API and version from plain values."""
+    values.setdefault("throttle_time", 0)
+    return build(response_class(request.header.api_key, request.header.api_version), values)
+
+
+def advertised_versions() -> list[tuple[int, int, int]]:
+    return sorted(
+        (int(key), handler.served.min_version, handler.served.max_version)
+        for key, handler in REGISTRY.items()
+    )

@@ -1,0 +1,105 @@
+"""Fetch (1): byte-exact stored batches, with max_wait/min_bytes honoured across all
+partitions of the request in one wait that wakes when any of them gets new data."""
+
+from __future__ import annotations
+
+import trio
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.entities import to_millis
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+
+def _targets(ctx, request: Request):
+    """(topic name or None, topic id, topic entry) for each requested topic."""
+    by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
+    for topic in request.body.topics:
+        topic_id = getattr(topic, "topic_id", None)
+        name = getattr(topic, "topic", None)
+        if name is None and topic_id is not None:
+            name = by_id.get(topic_id)
+        yield name, topic_id, topic
+
+
+def _partition(index: int, code: ErrorCode, high_watermark: int = -1, log_start_offset: int = -1,
+               records: bytes = b"") -> dict:
+    return dict(partition_index=index, error_code=code, high_watermark=high_watermark,
+                last_stable_offset=high_watermark, log_start_offset=log_start_offset,
+                aborted_transactions=None, preferred_read_replica=-1, records=records)
+
+
+def _error(request: Request, code: ErrorCode):
+    return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=[
+        dict(topic=getattr(t, "topic", None), topic_id=getattr(t, "topic_id", None),
+             partitions=[_partition(p.partition, code) for p in t.partitions])
+        for t in request.body.topics
+    ]))
+
+
+@register(ApiKey.FETCH, error=_error)
+async def handle_fetch(ctx, request: Request):
+    body = request.body
+    max_wait = max(to_millis(body.max_wait), 0) / 1000
+    deadline = trio.current_time() + min(max_wait, ctx.config.request_timeout_ms / 1000)
+    max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    min_bytes = max(body.min_bytes, 0)
+    targets = list(_targets(ctx, request))
+
+    while True:
+        responses, total, errors, logs = await _collect(ctx, targets, max_bytes)
+        if total >= min_bytes or errors or trio.current_time() >= deadline:
+            break
+        woken = trio.Event()
+        for partition_log in logs:
+            partition_log.add_waiter(woken)
+        try:
+            with trio.move_on_at(deadline):
+                await woken.wait()
+        finally:
+            for partition_log in logs:
+                partition_log.remove_waiter(woken)
+    ctx.metrics.fetched_bytes.inc(total)
+    # session_id 0: no incremental fetch session, clients keep sending full requests.
+    return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=responses))
+
+
+async def _collect(ctx, targets, max_bytes: int):
+    responses = []
+    total = 0
+    errors = False
+    logs = []
+    for name, topic_id, topic in targets:
+        partitions = []
+        for part in topic.partitions:
+            if name is None:
+                partitions.append(_partition(part.partition, ErrorCode.unknown_topic_id))
+                errors = True
+                continue
+            try:
+                partition_log = await ctx.logs.get(name, part.partition)
+            except KafkaError as exc:
+                partitions.append(_partition(part.partition, exc.code))
+                errors = True
+                continue
+            logs.append(partition_log)
+            high_watermark = partition_log.high_watermark
+            log_start = partition_log.log_start_offset
+            records = b""
+            if total < max_bytes:
+                try:
+                    records = await partition_log.read(
+                        part.fetch_offset,
+                        min(max(part.partition_max_bytes, 0), max_bytes - total),
+                        allow_oversize=total == 0,
+                    )
+                except KafkaError as exc:
+                    partitions.append(_partition(part.partition, exc.code, high_watermark, log_start))
+                    errors = True
+                    continue
+            total += len(records)
+            partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records))
+        responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))
+    return responses, total, errors, logs

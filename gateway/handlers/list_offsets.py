@@ -1,0 +1,56 @@
+"""ListOffsets (2): earliest, latest, max timestamp, and by timestamp (from indexed timestamps)."""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def _partition(index: int, code: ErrorCode, offset: int = -1, timestamp: int = -1, epoch: int = -1) -> dict:
+    return dict(partition_index=index, error_code=code, offset=offset, timestamp=timestamp, leader_epoch=epoch)
+
+
+def _error(request: Request, code: ErrorCode):
+    return respond(request, dict(topics=[
+        dict(name=t.name, partitions=[_partition(p.partition_index, code) for p in t.partitions])
+        for t in request.body.topics
+    ]))
+
+
+@register(ApiKey.LIST_OFFSETS, error=_error)
+async def handle_list_offsets(ctx, request: Request):
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            try:
+                partition_log = await ctx.logs.get(topic.name, part.partition_index)
+                partitions.append(await _lookup(partition_log, part.partition_index, part.timestamp))
+            except KafkaError as exc:
+                partitions.append(_partition(part.partition_index, exc.code))
+        topics.append(dict(name=topic.name, partitions=partitions))
+    return respond(request, dict(topics=topics))
+
+
+async def _lookup(partition_log, index: int, timestamp: int) -> dict:
+    if timestamp == LATEST:
+        return _partition(index, ErrorCode.none, partition_log.high_watermark, -1, 0)
+    if timestamp == EARLIEST:
+        return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, 0)
+    if timestamp == MAX_TIMESTAMP:
+        found = await partition_log.max_timestamp_offset()
+    elif timestamp < 0:
+        return _partition(index, ErrorCode.invalid_request)
+    else:
+        found = await partition_log.offset_for_timestamp(timestamp)
+    if found is None:
+        return _partition(index, ErrorCode.none, -1, -1, 0)  # no such record: Kafka's -1
+    offset, stamp = found
+    return _partition(index, ErrorCode.none, offset, stamp, 0)

@@ -1,0 +1,67 @@
+"""Metadata (3): brokers, topics and partition leaders; auto-creates topics when allowed."""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+
+def _topic_entry(ctx, info) -> dict:
+    partitions = [
+        dict(error_code=ErrorCode.none, partition_index=p, leader_id=ctx.node_id, leader_epoch=0,
+             replica_nodes=[ctx.node_id], isr_nodes=[ctx.node_id], offline_replicas=[])
+        for p in range(info.partitions)
+    ]
+    return dict(error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False,
+                partitions=partitions)
+
+
+def _error_topic(name, topic_id, code: ErrorCode) -> dict:
+    return dict(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
+
+
+def _response(ctx, request: Request, topics: list[dict]):
+    return respond(request, dict(brokers=ctx.brokers(), cluster_id=ctx.config.cluster_id,
+                                 controller_id=ctx.node_id, topics=topics))
+
+
+def _error(request: Request, code: ErrorCode):
+    requested = request.body.topics or ()
+    topics = [_error_topic(getattr(t, "name", None), getattr(t, "topic_id", None), code) for t in requested]
+    return respond(request, dict(brokers=[], cluster_id=None, controller_id=-1, topics=topics))
+
+
+@register(ApiKey.METADATA, error=_error)
+async def handle_metadata(ctx, request: Request):
+    body = request.body
+    version = request.header.api_version
+    requested = body.topics
+    all_topics = requested is None or (version == 0 and not requested)
+    known = ctx.logs.topics()
+    if all_topics:
+        return _response(ctx, request, [_topic_entry(ctx, info) for info in sorted(known.values(), key=lambda i: i.name)])
+    by_id = {info.topic_id: info for info in known.values()}
+    allow_create = getattr(body, "allow_auto_topic_creation", True)
+    entries = []
+    for wanted in requested:
+        name = getattr(wanted, "name", None)
+        topic_id = getattr(wanted, "topic_id", None)
+        if name is None and topic_id is not None and topic_id.int != 0:
+            info = by_id.get(topic_id)
+            entries.append(_topic_entry(ctx, info) if info else _error_topic(None, topic_id, ErrorCode.unknown_topic_id))
+            continue
+        info = known.get(name)
+        if info is None and allow_create:
+            try:
+                info = await ctx.logs.ensure_topic(name)
+            except KafkaError as exc:
+                entries.append(_error_topic(name, None, exc.code))
+                continue
+        if info is None:
+            entries.append(_error_topic(name, None, ErrorCode.unknown_topic_or_partition))
+        else:
+            entries.append(_topic_entry(ctx, info))
+    return _response(ctx, request, entries)

@@ -1,0 +1,113 @@
+"""Produce (0): validate each partition's record set, assign offsets in arrival order,
+answer once the group-committed flush is durable (acks 1 / -1) or at once (acks 0)."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.entities import to_millis
+from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+from kafscale.protocol.records import validate_record_set
+
+from .base import register, respond
+
+log = logging.getLogger("kafscale.handlers.produce")
+
+
+def _partition(index: int, code: ErrorCode, base_offset: int = -1, log_start_offset: int = -1,
+               message: str | None = None) -> dict:
+    return dict(index=index, error_code=code, base_offset=base_offset, log_append_time=None,
+                log_start_offset=log_start_offset, record_errors=[], error_message=message)
+
+
+def _error(request: Request, code: ErrorCode):
+    return respond(request, dict(responses=[
+        dict(name=topic.name, partition_responses=[_partition(p.index, code) for p in topic.partition_data])
+        for topic in request.body.topic_data
+    ]))
+
+
+@register(ApiKey.PRODUCE, error=_error, ordered=True)
+async def handle_produce(ctx, request: Request, admitted):
+    body = request.body
+    config = ctx.config
+    if body.acks not in (0, 1, -1):
+        admitted()
+        return _error(request, ErrorCode.invalid_required_acks)
+    if body.transactional_id is not None:
+        admitted()
+        return _error(request, ErrorCode.transactional_id_authorization_failed)
+
+    # Phase 1 (no awaits between validation and append, so offsets follow arrival order
+    # except for topic auto-creation, which happens before any append of this request).
+    for topic in body.topic_data:
+        if topic.name not in ctx.logs.topics():
+            try:
+                await ctx.logs.ensure_topic(topic.name)
+            except KafkaError:
+                pass  # answered per partition below
+    logs = {}
+    for topic in body.topic_data:
+        for part in topic.partition_data:
+            try:
+                logs[(topic.name, part.index)] = await ctx.logs.get(topic.name, part.index)
+            except KafkaError as exc:
+                logs[(topic.name, part.index)] = exc
+
+    results: dict[tuple[str, int], dict] = {}
+    waits = []
+    for topic in body.topic_data:
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            target = logs[key]
+            if isinstance(target, KafkaError):
+                results[key] = _partition(part.index, target.code, message=str(target))
+                continue
+            records = part.records
+            if not records:
+                results[key] = _partition(part.index, ErrorCode.corrupt_message, message="no records")
+                continue
+            try:
+                headers = validate_record_set(records)
+            except CorruptBatch as exc:
+                results[key] = _partition(part.index, ErrorCode.corrupt_message, message=str(exc))
+                continue
+            too_large = next((h for h in headers if h.size > config.max_message_bytes), None)
+            if too_large is not None:
+                results[key] = _partition(
+                    part.index, ErrorCode.message_too_large,
+                    message=f"batch of {too_large.size} bytes exceeds max.message.bytes {config.max_message_bytes}",
+                )
+                continue
+            try:
+                base_offset, ticket = target.append(bytearray(records), headers)
+            except KafkaError as exc:
+                results[key] = _partition(part.index, exc.code, message=str(exc))
+                continue
+            ctx.metrics.produced_bytes.inc(len(records))
+            ctx.metrics.produced_records.inc(sum(h.records_count for h in headers))
+            waits.append((key, part.index, base_offset, ticket, target))
+    admitted()
+
+    if body.acks == 0:
+        return None  # acks=0: no response; the data still goes through the same flush
+    timeout = max(to_millis(body.timeout), 0) / 1000 or config.request_timeout_ms / 1000
+    with trio.move_on_after(min(timeout, config.request_timeout_ms / 1000)):
+        for key, index, base_offset, ticket, target in waits:
+            try:
+                await ticket.wait()
+            except KafkaError as exc:
+                results[key] = _partition(index, exc.code, message=str(exc))
+            else:
+                results[key] = _partition(index, ErrorCode.none, base_offset, target.log_start_offset)
+    for key, index, _, _, _ in waits:
+        results.setdefault(key, _partition(index, ErrorCode.request_timed_out, message="flush not durable in time"))
+
+    return respond(request, dict(responses=[
+        dict(name=topic.name, partition_responses=[results[(topic.name, p.index)] for p in topic.partition_data])
+        for topic in body.topic_data
+    ]))

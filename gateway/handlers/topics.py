@@ -1,0 +1,114 @@
+"""CreateTopics (19) and DeleteTopics (20)."""
+
+from __future__ import annotations
+
+import logging
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+log = logging.getLogger("kafscale.handlers.topics")
+
+# Topic configs we accept at creation (their meaning is enforced by the issues that
+# build retention and limits); anything else is refused with INVALID_CONFIG.
+SUPPORTED_TOPIC_CONFIGS = frozenset({
+    "retention.ms", "retention.bytes", "segment.bytes", "max.message.bytes", "cleanup.policy",
+    "compression.type", "message.timestamp.type", "min.insync.replicas", "segment.ms",
+})
+
+
+def _create_entry(name, code: ErrorCode, message: str | None = None, info=None) -> dict:
+    return dict(
+        name=name, topic_id=info.topic_id if info else None, error_code=code, error_message=message,
+        num_partitions=info.partitions if info else -1, replication_factor=1 if info else -1,
+        configs=[dict(name=k, value=v, read_only=False, config_source=1, is_sensitive=False)
+                 for k, v in sorted(info.configs.items())] if info else [],
+    )
+
+
+def _create_error(request: Request, code: ErrorCode):
+    return respond(request, dict(topics=[_create_entry(t.name, code) for t in request.body.topics]))
+
+
+@register(ApiKey.CREATE_TOPICS, error=_create_error)
+async def handle_create_topics(ctx, request: Request):
+    body = request.body
+    results = []
+    seen: set[str] = set()
+    for topic in body.topics:
+        if topic.name in seen:
+            results.append(_create_entry(topic.name, ErrorCode.invalid_request, "topic listed twice"))
+            continue
+        seen.add(topic.name)
+        results.append(await _create_one(ctx, topic, body.validate_only if hasattr(body, "validate_only") else False))
+    return respond(request, dict(topics=results))
+
+
+async def _create_one(ctx, topic, validate_only: bool) -> dict:
+    name = topic.name
+    partitions = topic.num_partitions
+    if partitions == -1:
+        partitions = ctx.config.default_partitions
+    if topic.assignments:
+        if topic.num_partitions != -1:
+            return _create_entry(name, ErrorCode.invalid_request, "give either partitions or assignments")
+        partitions = len(topic.assignments)
+    if topic.replication_factor not in (-1, 1) and topic.replication_factor < 1:
+        return _create_entry(name, ErrorCode.invalid_replication_factor, "replication factor must be positive")
+    configs = {}
+    for item in topic.configs:
+        if item.name not in SUPPORTED_TOPIC_CONFIGS:
+            return _create_entry(name, ErrorCode.invalid_config, f"unsupported topic config {item.name!r}")
+        if item.value is not None:
+            configs[item.name] = item.value
+    if name in ctx.logs.topics():
+        return _create_entry(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+    try:
+        if partitions < 1:
+            raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be >= 1, got {partitions}")
+        from ..logs import validate_topic_name
+
+        validate_topic_name(name)
+        if validate_only:
+            return _create_entry(name, ErrorCode.none)
+        info = await ctx.logs.create_topic(name, partitions, configs)
+    except KafkaError as exc:
+        return _create_entry(name, exc.code, str(exc))
+    # Replication is the object store's job; we report a factor of 1.
+    return _create_entry(name, ErrorCode.none, None, info)
+
+
+def _delete_targets(request: Request) -> list[tuple[str | None, object]]:
+    body = request.body
+    if hasattr(body, "topic_names"):
+        return [(name, None) for name in body.topic_names]
+    return [(t.name, t.topic_id) for t in body.topics]
+
+
+def _delete_error(request: Request, code: ErrorCode):
+    return respond(request, dict(responses=[
+        dict(name=name, topic_id=topic_id, error_code=code) for name, topic_id in _delete_targets(request)
+    ]))
+
+
+@register(ApiKey.DELETE_TOPICS, error=_delete_error)
+async def handle_delete_topics(ctx, request: Request):
+    responses = []
+    for name, topic_id in _delete_targets(request):
+        topics = ctx.logs.topics()
+        if name is None and topic_id is not None:
+            name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
+            if name is None:
+                responses.append(dict(name=None, topic_id=topic_id, error_code=ErrorCode.unknown_topic_id))
+                continue
+        info = topics.get(name)
+        if info is None:
+            responses.append(dict(name=name, topic_id=topic_id, error_code=ErrorCode.unknown_topic_or_partition,
+                                  error_message=f"unknown topic {name!r}"))
+            continue
+        await ctx.logs.delete_topic(name)
+        responses.append(dict(name=name, topic_id=info.topic_id, error_code=ErrorCode.none))
+    return respond(request, dict(responses=responses))

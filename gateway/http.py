@@ -1,0 +1,70 @@
+"""A small HTTP/1.1 listener for /metrics (Prometheus), /healthz and /readyz."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .context import GatewayContext
+from .keys import META_PREFIX
+
+__all__ = ["serve_http"]
+
+log = logging.getLogger("kafscale.http")
+
+
+async def _ready(ctx: GatewayContext) -> tuple[bool, str]:
+    if not ctx.ready:
+        return False, "starting or stopping"
+    with trio.move_on_after(2) as scope:
+        try:
+            await ctx.logs.store.list(f"{ctx.config.namespace}/{META_PREFIX}/")
+        except Exception as exc:
+            return False, f"object store unavailable: {exc}"
+    if scope.cancelled_caught:
+        return False, "object store did not answer within 2 s"
+    return True, "ready"
+
+
+async def _respond(stream: trio.SocketStream, status: str, content_type: str, body: bytes) -> None:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    await stream.send_all(head + body)
+
+
+async def _handle(ctx: GatewayContext, stream: trio.SocketStream) -> None:
+    try:
+        with trio.move_on_after(10):
+            request = b""
+            while b"\r\n\r\n" not in request and len(request) < 8192:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    return
+                request += chunk
+            parts = request.split(b"\r\n", 1)[0].split()
+            path = parts[1].decode(errors="replace").split("?", 1)[0] if len(parts) >= 2 else ""
+            if path == "/metrics":
+                await _respond(stream, "200 OK", CONTENT_TYPE_LATEST, generate_latest(ctx.metrics.registry))
+            elif path == "/healthz":
+                await _respond(stream, "200 OK", "text/plain", b"ok\n")
+            elif path == "/readyz":
+                ok, reason = await _ready(ctx)
+                await _respond(stream, "200 OK" if ok else "503 Service Unavailable", "text/plain",
+                               reason.encode() + b"\n")
+            else:
+                await _respond(stream, "404 Not Found", "text/plain", b"not found\n")
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def serve_http(ctx: GatewayContext, listeners, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def handler(stream):
+        await _handle(ctx, stream)
+
+    await trio.serve_listeners(handler, listeners, task_status=task_status)

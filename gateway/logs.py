@@ -1,0 +1,123 @@
+"""The partitions this gateway serves: one :class:`PartitionLog` and flusher task each."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import trio
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+
+from .cache import ByteLRU
+from .config import GatewayConfig
+from .keys import topic_prefix
+from .metadata import MetadataStore, TopicInfo
+from .partition_log import LogSettings, PartitionLog
+from .storage import AsyncStore
+
+__all__ = ["LogManager", "validate_topic_name"]
+
+log = logging.getLogger("kafscale.logs")
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def validate_topic_name(name: str | None) -> None:
+    if not name or not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, f"invalid topic name {name!r}")
+
+
+class LogManager:
+    def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore) -> None:
+        self.config = config
+        self.store = store
+        self.metadata = metadata
+        self.cache: ByteLRU = ByteLRU(config.cache_bytes)
+        self.settings = LogSettings(
+            config.namespace, config.linger_ms, config.flush_bytes, config.segment_bytes, config.index_interval
+        )
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._loading: dict[tuple[str, int], trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Owns the flusher tasks; returns after :meth:`close` has flushed them all."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self.metadata.topics()
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        validate_topic_name(name)
+        if partitions < 1:
+            raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be >= 1, got {partitions}")
+        return await self.metadata.create_topic(name, partitions, configs or {})
+
+    async def ensure_topic(self, name: str) -> TopicInfo | None:
+        """The topic, auto-creating it when configured to (``None`` if unknown)."""
+        info = self.topics().get(name)
+        if info is None and self.config.auto_create_topics:
+            validate_topic_name(name)
+            info = await self.create_topic(name, self.config.default_partitions)
+        return info
+
+    async def delete_topic(self, name: str) -> TopicInfo | None:
+        info = await self.metadata.delete_topic(name)
+        if info is None:
+            return None
+        for partition in range(info.partitions):
+            partition_log = self._logs.pop((name, partition), None)
+            if partition_log is not None:
+                await partition_log.close()
+        prefix = topic_prefix(self.config.namespace, name)
+        self.cache.discard_prefix(prefix)
+        for item in await self.store.list(prefix):
+            await self.store.delete(item.key)
+        return info
+
+    async def get(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log, recovered from storage on first use."""
+        info = self.topics().get(topic)
+        if info is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {topic!r}")
+        if not 0 <= partition < info.partitions:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic} has no partition {partition}")
+        key = (topic, partition)
+        while True:
+            existing = self._logs.get(key)
+            if existing is not None:
+                return existing
+            loading = self._loading.get(key)
+            if loading is None:
+                break
+            await loading.wait()
+        loading = self._loading[key] = trio.Event()
+        try:
+            partition_log = PartitionLog(topic, partition, self.store, self.settings, self.cache)
+            try:
+                await partition_log.recover()
+            except Exception as exc:
+                log.warning("recovering %s-%d failed: %s", topic, partition, exc)
+                raise KafkaError(ErrorCode.kafka_storage_error, f"cannot load {topic}-{partition}: {exc}") from exc
+            assert self._nursery is not None, "LogManager.run() must be started first"
+            self._nursery.start_soon(partition_log.run_flusher)
+            self._logs[key] = partition_log
+            return partition_log
+        finally:
+            del self._loading[key]
+            loading.set()
+
+    def loaded(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    async def close(self) -> None:
+        """Flush every partition's accepted data, then stop the flushers."""
+        async with trio.open_nursery() as nursery:
+            for partition_log in list(self._logs.values()):
+                nursery.start_soon(partition_log.close)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()

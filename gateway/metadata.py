@@ -1,0 +1,99 @@
+"""Cluster metadata: topics, their ids, partition counts and configs.
+
+:class:`MetadataStore` is the interface; :class:`EmbeddedMetadata` keeps the
+document as one JSON object in the object store itself (``{namespace}/~meta/``),
+so a single gateway needs nothing but its storage. The etcd implementation of
+the cluster issue lives behind the same interface.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+from kafscale.storage_backends import ObjectNotFound
+
+from .keys import META_PREFIX
+from .storage import AsyncStore
+
+__all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata"]
+
+log = logging.getLogger("kafscale.metadata")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"id": str(self.topic_id), "partitions": self.partitions, "configs": self.configs}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> TopicInfo:
+        return cls(name, uuid.UUID(data["id"]), int(data["partitions"]), dict(data.get("configs", {})))
+
+
+class MetadataStore(Protocol):
+    async def load(self) -> None: ...
+    def topics(self) -> dict[str, TopicInfo]: ...
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo: ...
+    async def delete_topic(self, name: str) -> TopicInfo | None: ...
+
+
+class EmbeddedMetadata:
+    """Topics in one JSON object, rewritten whole on each change (changes are rare)."""
+
+    def __init__(self, store: AsyncStore, namespace: str) -> None:
+        self._store = store
+        self._key = f"{namespace}/{META_PREFIX}/topics.json"
+        self._topics: dict[str, TopicInfo] = {}
+        self._lock = trio.Lock()
+
+    async def load(self) -> None:
+        try:
+            raw = await self._store.get(self._key)
+        except ObjectNotFound:
+            self._topics = {}
+            return
+        try:
+            document = json.loads(raw)
+            self._topics = {name: TopicInfo.from_json(name, data) for name, data in document["topics"].items()}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RuntimeError(f"metadata object {self._key} is unreadable: {exc}") from exc
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    async def _save(self, topics: dict[str, TopicInfo]) -> None:
+        document = {"version": 1, "topics": {name: info.to_json() for name, info in sorted(topics.items())}}
+        await self._store.put(self._key, json.dumps(document, indent=1).encode())
+        self._topics = topics
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        async with self._lock:
+            existing = self._topics.get(name)
+            if existing is not None:
+                return existing
+            info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+            await self._save({**self._topics, name: info})
+            log.info("created topic %s with %d partition(s)", name, partitions)
+            return info
+
+    async def delete_topic(self, name: str) -> TopicInfo | None:
+        async with self._lock:
+            info = self._topics.get(name)
+            if info is None:
+                return None
+            topics = dict(self._topics)
+            del topics[name]
+            await self._save(topics)
+            log.info("deleted topic %s", name)
+            return info

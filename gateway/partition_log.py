@@ -1,0 +1,374 @@
+"""One partition's log: offsets assigned in arrival order, group-committed into segment objects.
+
+Produce requests call :meth:`PartitionLog.append` (synchronous: offsets are
+assigned and the bytes re-stamped at once, in arrival order) and then await the
+returned :class:`FlushTicket`. A flusher task gathers everything that arrived
+within ``linger_ms`` (or ``flush_bytes``) into one segment object, written
+put-if-absent at exactly the next base offset, then its index. Only then do
+the tickets complete and the high watermark move: acknowledged means durable,
+and only durable data is served.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass
+
+import trio
+
+from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
+from kafscale.protocol.index import SegmentIndex, build_index
+from kafscale.protocol.records import BatchHeader, iter_records
+from kafscale.protocol.segment import (
+    SEGMENT_FOOTER_SIZE,
+    SEGMENT_HEADER_SIZE,
+    Segment,
+    SegmentBuilder,
+    parse_segment_footer,
+    parse_segment_header,
+    read_segment,
+)
+from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
+
+from .cache import ByteLRU
+from .keys import index_key, parse_segment_key, partition_prefix, segment_key
+from .storage import AsyncStore
+
+__all__ = ["PartitionLog", "FlushTicket", "SegmentRef", "LogSettings"]
+
+log = logging.getLogger("kafscale.log")
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    namespace: str
+    linger_ms: int
+    flush_bytes: int
+    segment_bytes: int
+    index_interval: int
+
+
+@dataclass(slots=True)
+class SegmentRef:
+    base_offset: int
+    last_offset: int
+    key: str
+    size: int
+    max_timestamp: int | None = None  # None until read from the index
+
+
+class FlushTicket:
+    """Completes when the flush holding an append is durable (or has failed)."""
+
+    __slots__ = ("_done", "error")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self.error: KafkaError | None = None
+
+    def finish(self, error: KafkaError | None = None) -> None:
+        self.error = error
+        self._done.set()
+
+    async def wait(self) -> None:
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class PartitionLog:
+    def __init__(
+        self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._store = store
+        self._settings = settings
+        self._cache = cache
+        self._prefix = partition_prefix(settings.namespace, topic, partition)
+        self.segments: list[SegmentRef] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self._next_offset = 0
+        self._pending: list[tuple[bytearray, list[BatchHeader]]] = []
+        self._pending_bytes = 0
+        self._ticket = FlushTicket()
+        self._has_pending = trio.Event()
+        self._full = trio.Event()
+        self._waiters: set[trio.Event] = set()
+        self._closing = False
+        self.closed = trio.Event()
+        self.flushes = 0
+
+    # -- recovery --------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Rebuild segments, log start and high watermark from storage."""
+        listed = await self._store.list(self._prefix)
+        found = sorted(
+            (base, info.key, info.size)
+            for info in listed
+            if (base := parse_segment_key(info.key)) is not None
+        )
+        while found:
+            base, key, size = found[-1]
+            last = await self._read_last_offset(key, size)
+            if last is not None:
+                break
+            # A torn object was never acknowledged (acks wait for the whole write);
+            # move it aside so the offset can be written again.
+            log.error("segment %s is torn or corrupt; moving it aside as %s.torn", key, key)
+            data = await self._store.get(key)
+            await self._store.put(key + ".torn", data)
+            await self._store.delete(key)
+            found.pop()
+        segments = []
+        for i, (base, key, size) in enumerate(found):
+            last = found[i + 1][0] - 1 if i + 1 < len(found) else await self._read_last_offset(key, size)
+            segments.append(SegmentRef(base, last, key, size))
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+        if segments:
+            self.log_start_offset = segments[0].base_offset
+            self.high_watermark = segments[-1].last_offset + 1
+        self._next_offset = self.high_watermark
+
+    async def _read_last_offset(self, key: str, size: int) -> int | None:
+        if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
+            return None
+        try:
+            header = parse_segment_header(await self._store.get_range(key, 0, SEGMENT_HEADER_SIZE))
+            footer = parse_segment_footer(await self._store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
+        except SegmentFormatError:
+            return None
+        if footer.last_offset < header.base_offset:
+            return None
+        return footer.last_offset
+
+    # -- produce ---------------------------------------------------------------------------
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    def append(self, record_set: bytearray, headers: list[BatchHeader]) -> tuple[int, FlushTicket]:
+        """Assign offsets to a validated record set and queue it for the next flush."""
+        if self._closing:
+            raise KafkaError(ErrorCode.not_leader_or_follower, "partition is shutting down")
+        from kafscale.protocol.records import restamp
+
+        base_offset = self._next_offset
+        stamped = restamp(record_set, headers, base_offset)
+        self._next_offset = stamped[-1].last_offset + 1
+        self._pending.append((record_set, stamped))
+        self._pending_bytes += len(record_set)
+        self._has_pending.set()
+        if self._pending_bytes >= self._settings.flush_bytes:
+            self._full.set()
+        return base_offset, self._ticket
+
+    async def run_flusher(self) -> None:
+        """The partition's single writer. Runs until :meth:`close`; flushes what is left."""
+        try:
+            while True:
+                await self._has_pending.wait()
+                if self._settings.linger_ms and not self._closing:
+                    with trio.move_on_after(self._settings.linger_ms / 1000):
+                        await self._full.wait()
+                if not self._pending:
+                    if self._closing:
+                        return
+                    self._has_pending = trio.Event()
+                    continue
+                pending, ticket = self._pending, self._ticket
+                self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
+                self._has_pending, self._full = trio.Event(), trio.Event()
+                with trio.CancelScope(shield=True):  # a write in progress is finished, not abandoned
+                    error = await self._flush(pending)
+                if error is not None:
+                    ticket.finish(error)
+                    # Later appends assumed this flush's offsets: fail them too and
+                    # restart numbering at the durable end.
+                    if self._pending:
+                        self._ticket.finish(error)
+                        self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
+                        self._has_pending, self._full = trio.Event(), trio.Event()
+                    self._next_offset = self.high_watermark
+                else:
+                    ticket.finish()
+                    self._notify()
+                if self._closing and not self._pending:
+                    return
+        finally:
+            self.closed.set()
+
+    async def close(self) -> None:
+        """Stop taking appends, flush what was accepted, and wait for the flusher."""
+        self._closing = True
+        self._has_pending.set()
+        self._full.set()
+        await self.closed.wait()
+
+    async def _flush(self, pending: list[tuple[bytearray, list[BatchHeader]]]) -> KafkaError | None:
+        builders: list[SegmentBuilder] = []
+        builder: SegmentBuilder | None = None
+        for record_set, stamped in pending:
+            if builder is None or (
+                builder.record_count and builder.body_size + len(record_set) > self._settings.segment_bytes
+            ):
+                builder = SegmentBuilder(stamped[0].base_offset)
+                builders.append(builder)
+            builder.append(record_set, stamped)
+        for builder in builders:
+            error = await self._write_segment(builder)
+            if error is not None:
+                return error
+        return None
+
+    async def _write_segment(self, builder: SegmentBuilder) -> KafkaError | None:
+        key = segment_key(self._settings.namespace, self.topic, self.partition, builder.base_offset)
+        data = builder.seal(int(time.time() * 1000))
+        try:
+            await self._store.put_if_absent(key, data)
+        except ObjectExists:
+            log.error("segment %s already exists: another writer owns %s-%d; reloading",
+                      key, self.topic, self.partition)
+            await self._reload_after_fence()
+            return KafkaError(ErrorCode.not_leader_or_follower, "another writer took this partition")
+        except StorageError as exc:
+            log.warning("writing %s failed: %s", key, exc)
+            return KafkaError(ErrorCode.kafka_storage_error, f"object store write failed: {exc}")
+        index = build_index(builder.batches, self._settings.index_interval)
+        try:
+            await self._store.put(
+                index_key(self._settings.namespace, self.topic, self.partition, builder.base_offset),
+                index.encode(),
+            )
+        except StorageError as exc:  # the data is durable; the index can be rebuilt
+            log.warning("writing the index of %s failed (it will be rebuilt on demand): %s", key, exc)
+        ref = SegmentRef(builder.base_offset, builder.next_offset - 1, key, len(data), index.max_timestamp)
+        self.segments.append(ref)
+        self._bases.append(ref.base_offset)
+        self._cache.put(key, Segment(
+            parse_segment_header(data), parse_segment_footer(data), data, builder.batches
+        ), len(data))
+        self.high_watermark = ref.last_offset + 1
+        self.flushes += 1
+        return None
+
+    async def _reload_after_fence(self) -> None:
+        try:
+            await self.recover()
+        except StorageError as exc:
+            log.warning("reloading %s-%d after a fence failed: %s", self.topic, self.partition, exc)
+
+    # -- fetch -----------------------------------------------------------------------------
+
+    def add_waiter(self, event: trio.Event) -> None:
+        self._waiters.add(event)
+
+    def remove_waiter(self, event: trio.Event) -> None:
+        self._waiters.discard(event)
+
+    def _notify(self) -> None:
+        for event in self._waiters:
+            event.set()
+        self._waiters.clear()
+
+    def _segment_index_for(self, offset: int) -> int:
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    async def load_segment(self, ref: SegmentRef) -> Segment:
+        cached = self._cache.get(ref.key)
+        if cached is not None:
+            return cached
+        try:
+            data = await self._store.get(ref.key)
+        except ObjectNotFound:
+            raise KafkaError(ErrorCode.offset_out_of_range, f"{ref.key} was deleted") from None
+        except StorageError as exc:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"reading {ref.key}: {exc}") from exc
+        try:
+            segment = read_segment(data)
+        except SegmentFormatError as exc:
+            log.error("segment %s is corrupt: %s", ref.key, exc)
+            raise KafkaError(ErrorCode.kafka_storage_error, f"{ref.key} is corrupt: {exc}") from exc
+        self._cache.put(ref.key, segment, len(data))
+        return segment
+
+    async def read(self, offset: int, max_bytes: int, *, allow_oversize: bool = True) -> bytes:
+        """Stored batches from the one holding ``offset``, up to ``max_bytes``.
+
+        With ``allow_oversize`` the first batch is returned even if larger (as Kafka
+        does, so a large batch never stalls a consumer)."""
+        if offset < self.log_start_offset or offset > self.high_watermark:
+            raise KafkaError(ErrorCode.offset_out_of_range)
+        parts: list[memoryview] = []
+        total = 0
+        slot = self._segment_index_for(offset)
+        while 0 <= slot < len(self.segments) and offset < self.high_watermark:
+            segment = await self.load_segment(self.segments[slot])
+            for batch in segment.batches:
+                if batch.last_offset < offset:
+                    continue
+                if total + batch.size > max_bytes and (parts or not allow_oversize):
+                    return b"".join(parts)
+                parts.append(segment.batch_bytes(batch))
+                total += batch.size
+                offset = batch.last_offset + 1
+            slot += 1
+        return b"".join(parts)
+
+    # -- list offsets ----------------------------------------------------------------------
+
+    async def _max_timestamp(self, ref: SegmentRef) -> int:
+        if ref.max_timestamp is None:
+            try:
+                index = SegmentIndex.decode(await self._store.get(
+                    index_key(self._settings.namespace, self.topic, self.partition, ref.base_offset)
+                ))
+                ref.max_timestamp = index.max_timestamp
+            except (StorageError, SegmentFormatError):
+                segment = await self.load_segment(ref)  # rebuild from the segment itself
+                ref.max_timestamp = build_index(segment.batches).max_timestamp
+        return ref.max_timestamp
+
+    async def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """First (offset, timestamp) whose timestamp is ``>= timestamp``, or ``None``."""
+        for ref in list(self.segments):
+            if ref.base_offset < self.log_start_offset and ref.last_offset < self.log_start_offset:
+                continue
+            if await self._max_timestamp(ref) < timestamp:
+                continue
+            segment = await self.load_segment(ref)
+            for batch in segment.batches:
+                if batch.max_timestamp < timestamp:
+                    continue
+                for record in iter_records(segment.data, batch):
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    async def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the greatest timestamp (ListOffsets -3)."""
+        best: tuple[int, SegmentRef] | None = None
+        for ref in list(self.segments):
+            stamp = await self._max_timestamp(ref)
+            if best is None or stamp > best[0]:
+                best = (stamp, ref)
+        if best is None:
+            return None
+        segment = await self.load_segment(best[1])
+        found: tuple[int, int] | None = None
+        for batch in segment.batches:
+            if batch.max_timestamp == best[0]:
+                for record in iter_records(segment.data, batch):
+                    if record.timestamp == best[0]:
+                        found = (record.offset, record.timestamp)
+                        break
+                if found:
+                    break
+        return found

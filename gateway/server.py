@@ -1,0 +1,124 @@
+"""The gateway process: storage, metadata, partition logs, the Kafka and HTTP listeners,
+and a graceful shutdown that flushes and answers what was accepted."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from kafscale.storage_backends import StorageError, open_store
+
+from .budget import ByteBudget
+from .config import GatewayConfig
+from .connection import Connection
+from .context import GatewayContext
+from .http import serve_http
+from .logs import LogManager
+from .metadata import EmbeddedMetadata
+from .metrics import Metrics
+from .storage import AsyncStore
+
+__all__ = ["serve", "Running", "StartupError"]
+
+log = logging.getLogger("kafscale.server")
+
+
+class StartupError(RuntimeError):
+    """The gateway cannot start (bad storage, port in use...); the message says why."""
+
+
+@dataclass
+class Running:
+    """What ``serve`` reports once it accepts connections."""
+
+    port: int
+    http_port: int | None
+    context: GatewayContext
+
+
+async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    try:
+        backend = open_store(config.storage, fsync=config.fsync)
+    except (ValueError, OSError) as exc:
+        raise StartupError(f"cannot open storage {config.storage!r}: {exc}") from exc
+    store = AsyncStore(backend, config.storage_threads)
+    metadata = EmbeddedMetadata(store, config.namespace)
+    try:
+        await metadata.load()
+    except StorageError as exc:
+        raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
+    logs = LogManager(config, store, metadata)
+    ctx = GatewayContext(config, logs, Metrics())
+    budget = ByteBudget(config.max_inflight_bytes)
+    connections: set[Connection] = set()
+
+    try:
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+    port = listeners[0].socket.getsockname()[1]
+    if not config.advertised_port:
+        from dataclasses import replace
+
+        config = replace(config, advertised_port=port)
+        ctx.config = config
+        logs.config = config
+    http_listeners = []
+    if config.http_port >= 0:
+        try:
+            http_listeners = await trio.open_tcp_listeners(config.http_port, host=config.http_host)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {config.http_host}:{config.http_port}: {exc}") from exc
+    http_port = http_listeners[0].socket.getsockname()[1] if http_listeners else None
+
+    async def on_connection(stream: trio.SocketStream) -> None:
+        try:
+            peer = "%s:%d" % stream.socket.getpeername()[:2]
+        except OSError:
+            peer = "unknown"
+        connection = Connection(ctx, stream, budget, peer)
+        connections.add(connection)
+        ctx.metrics.connections.inc()
+        try:
+            await connection.serve()
+        finally:
+            connections.discard(connection)
+            ctx.metrics.connections.dec()
+
+    async with trio.open_nursery() as root:
+        await root.start(logs.run)
+        if http_listeners:
+            root.start_soon(serve_http, ctx, http_listeners)
+        async with trio.open_nursery() as clients:
+            accept_scope = trio.CancelScope()
+
+            async def accept() -> None:
+                with accept_scope:
+                    await trio.serve_listeners(on_connection, listeners, handler_nursery=clients)
+
+            clients.start_soon(accept)
+            ctx.ready = True
+            log.info("serving Kafka on %s:%d (advertised %s:%d), storage %s, http %s",
+                     config.host, port, *config.advertised, backend.describe(),
+                     f"{config.http_host}:{http_port}" if http_port else "off")
+            task_status.started(Running(port, http_port, ctx))
+            await shutdown.wait()
+
+            log.info("shutting down: no new connections or requests; flushing accepted data")
+            ctx.ready = False
+            accept_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            for connection in list(connections):
+                connection.stop_reading()
+            with trio.move_on_after(config.shutdown_timeout_ms / 1000) as grace:
+                await logs.close()  # flush now: produce handlers waiting on it get answered
+                while connections:  # connections drain their in-flight answers
+                    await trio.sleep(0.01)
+            if grace.cancelled_caught:
+                log.warning("shutdown grace period over; closing %d connection(s)", len(connections))
+            clients.cancel_scope.cancel()
+        root.cancel_scope.cancel()
+    log.info("stopped")

@@ -1,0 +1,49 @@
+"""The object store as the trio side sees it: each call in a worker thread under our own limiter.
+
+obstore's async API does not run under trio, but its sync API releases the GIL,
+so worker threads give real parallelism. Calls are not abandoned on
+cancellation: a write that started finishes (or fails) before we move on.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import trio
+
+from kafscale.storage_backends import ObjectInfo, ObjectStore
+
+__all__ = ["AsyncStore"]
+
+
+class AsyncStore:
+    def __init__(self, store: ObjectStore, threads: int) -> None:
+        self.sync = store
+        self._limiter = trio.CapacityLimiter(threads)
+
+    def describe(self) -> str:
+        return self.sync.describe()
+
+    async def _run(self, function, *args, **kwargs):
+        return await trio.to_thread.run_sync(partial(function, *args, **kwargs), limiter=self._limiter)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._run(self.sync.put, key, data)
+
+    async def put_if_absent(self, key: str, data: bytes) -> None:
+        await self._run(self.sync.put_if_absent, key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self._run(self.sync.get, key)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        return await self._run(self.sync.get_range, key, start, end)
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        return await self._run(self.sync.head, key)
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        return await self._run(self.sync.list, prefix)
+
+    async def delete(self, key: str) -> None:
+        await self._run(self.sync.delete, key)
