@@ -103,10 +103,11 @@ def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise MalformedFrame("varint too long in request header")
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes, *, strict: bool = False) -> Request:
     """Decode one request frame (without its size prefix).
 
-    :raises MalformedFrame: the header or body cannot be decoded.
+    :raises MalformedFrame: the header or body cannot be decoded (or, with
+        ``strict``, bytes follow the body).
     :raises UnsupportedVersion: the API key or version is outside the served table
         (``peek_header`` still gives the correlation id to answer with).
     """
@@ -139,11 +140,14 @@ def decode_request(frame: bytes) -> Request:
         raise MalformedFrame(
             f"cannot decode {ApiKey(prefix.api_key).name} v{prefix.api_version}: {exc}"
         ) from exc
-    if pos + size != len(frame):
+    if pos + size != len(frame) and strict:
         raise MalformedFrame(
             f"{len(frame) - pos - size} trailing bytes after "
             f"{ApiKey(prefix.api_key).name} v{prefix.api_version}"
         )
+    # Kafka's broker ignores bytes after a request's last field, and clients rely on
+    # it (librdkafka's admin client sends 3 extra bytes after Metadata v12), so by
+    # default we do too.
     return Request(header, body)
 
 
