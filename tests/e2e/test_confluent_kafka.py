@@ -73,7 +73,7 @@ def test_list_offsets_by_time_and_watermarks(gateway):
             producer.flush(10)  # several segments
     assert producer.flush(10) == 0
 
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "lo"})
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "lo", "enable.auto.commit": False})
     low, high = consumer.get_watermark_offsets(TopicPartition("timed", 0), timeout=10)
     assert (low, high) == (0, 100)
     found = consumer.offsets_for_times([TopicPartition("timed", 0, BASE_TS + 42_500)], timeout=10)
@@ -85,7 +85,7 @@ def test_list_offsets_by_time_and_watermarks(gateway):
     consumer.close()
 
     gateway.restart()  # timestamps come back from the stored indexes
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "lo2"})
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "lo2", "enable.auto.commit": False})
     found = consumer.offsets_for_times([TopicPartition("timed", 0, BASE_TS + 77_000)], timeout=10)
     assert found[0].offset == 77
     consumer.assign([TopicPartition("timed", 0, 77)])
@@ -113,7 +113,7 @@ def test_consumer_waits_for_new_data_long_poll(gateway):
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
     producer.produce("live", value=b"first", partition=0)
     producer.flush(10)
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "live",
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "live", "enable.auto.commit": False,
                          "fetch.wait.max.ms": 5000})
     consumer.assign([TopicPartition("live", 0, 1)])
     consumer.poll(0.5)
@@ -138,7 +138,8 @@ def test_unknown_topic_without_auto_create(tmp_path):
         errors = []
         producer.produce("missing", value=b"x", on_delivery=lambda err, msg: errors.append(err))
         producer.flush(10)
-        assert errors and errors[0] is not None
-        assert errors[0].code() in (KafkaException, ) or "UNKNOWN_TOPIC" in errors[0].name() or "TIMED_OUT" in errors[0].name()
+        assert len(errors) == 1 and errors[0] is not None
+        # librdkafka reports the unknown topic, or times the message out waiting for it.
+        assert errors[0].name() in ("UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_MSG_TIMED_OUT"), errors[0]
     finally:
         gateway.kill()

@@ -1,0 +1,45 @@
+"""FindCoordinator (10): on a single gateway, this gateway coordinates every group.
+
+Key type 1 (transactions) is refused until transactions exist.
+"""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+GROUP = 0
+
+
+def _keys(request: Request) -> list[str]:
+    body = request.body
+    return list(body.coordinator_keys) if hasattr(body, "coordinator_keys") else [body.key]
+
+
+def _entry(ctx, key: str, key_type: int) -> dict:
+    if key_type != GROUP:
+        return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
+                    error_message="only consumer-group coordinators are available")
+    host, port = ctx.brokers()[0]["host"], ctx.brokers()[0]["port"]
+    return dict(key=key, node_id=ctx.node_id, host=host, port=port, error_code=ErrorCode.none,
+                error_message=None)
+
+
+def _shape(request: Request, entries: list[dict]):
+    if request.header.api_version >= 4:
+        return respond(request, dict(coordinators=entries))
+    return respond(request, dict(entries[0]))
+
+
+def _error(request: Request, code: ErrorCode):
+    return _shape(request, [dict(key=k, node_id=-1, host="", port=-1, error_code=code, error_message=None)
+                            for k in _keys(request)])
+
+
+@register(ApiKey.FIND_COORDINATOR, error=_error)
+async def handle_find_coordinator(ctx, request: Request):
+    key_type = getattr(request.body, "key_type", GROUP)
+    return _shape(request, [_entry(ctx, key, key_type) for key in _keys(request)])
