@@ -46,6 +46,7 @@ class MetadataStore(Protocol):
     def topics(self) -> dict[str, TopicInfo]: ...
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo: ...
     async def delete_topic(self, name: str) -> TopicInfo | None: ...
+    async def allocate_producer_id(self) -> int: ...
 
 
 class EmbeddedMetadata:
@@ -56,6 +57,10 @@ class EmbeddedMetadata:
         self._key = f"{namespace}/{META_PREFIX}/topics.json"
         self._topics: dict[str, TopicInfo] = {}
         self._lock = trio.Lock()
+        # Producer ids are handed out from blocks whose end is persisted first, so
+        # no id is ever given twice, even across restarts.
+        self._next_producer_id = 0
+        self._producer_block_end = 0
 
     async def load(self) -> None:
         try:
@@ -66,16 +71,32 @@ class EmbeddedMetadata:
         try:
             document = json.loads(raw)
             self._topics = {name: TopicInfo.from_json(name, data) for name, data in document["topics"].items()}
+            self._producer_block_end = int(document.get("producer_id_block_end", 0))
+            self._next_producer_id = self._producer_block_end
         except (ValueError, KeyError, TypeError) as exc:
             raise RuntimeError(f"metadata object {self._key} is unreadable: {exc}") from exc
 
     def topics(self) -> dict[str, TopicInfo]:
         return self._topics
 
-    async def _save(self, topics: dict[str, TopicInfo]) -> None:
-        document = {"version": 1, "topics": {name: info.to_json() for name, info in sorted(topics.items())}}
+    async def _save(self, topics: dict[str, TopicInfo], producer_block_end: int | None = None) -> None:
+        block_end = self._producer_block_end if producer_block_end is None else producer_block_end
+        document = {
+            "version": 1,
+            "producer_id_block_end": block_end,
+            "topics": {name: info.to_json() for name, info in sorted(topics.items())},
+        }
         await self._store.put(self._key, json.dumps(document, indent=1).encode())
         self._topics = topics
+        self._producer_block_end = block_end
+
+    async def allocate_producer_id(self) -> int:
+        async with self._lock:
+            if self._next_producer_id >= self._producer_block_end:
+                await self._save(self._topics, self._producer_block_end + 1000)
+            producer_id = self._next_producer_id
+            self._next_producer_id += 1
+            return producer_id
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         async with self._lock:

@@ -20,7 +20,7 @@ import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.index import SegmentIndex, build_index
-from kafscale.protocol.records import BatchHeader, iter_records
+from kafscale.protocol.records import BatchHeader, iter_records, restamp
 from kafscale.protocol.segment import (
     SEGMENT_FOOTER_SIZE,
     SEGMENT_HEADER_SIZE,
@@ -33,6 +33,7 @@ from kafscale.protocol.segment import (
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
 
 from .cache import ByteLRU
+from .producers import ProducerStates
 from .keys import index_key, parse_segment_key, partition_prefix, segment_key
 from .storage import AsyncStore
 
@@ -102,6 +103,7 @@ class PartitionLog:
         self._closing = False
         self.closed = trio.Event()
         self.flushes = 0
+        self.producers = ProducerStates()
 
     # -- recovery --------------------------------------------------------------------------
 
@@ -155,14 +157,21 @@ class PartitionLog:
         return self._pending_bytes
 
     def append(self, record_set: bytearray, headers: list[BatchHeader]) -> tuple[int, FlushTicket]:
-        """Assign offsets to a validated record set and queue it for the next flush."""
+        """Assign offsets to a validated record set and queue it for the next flush.
+
+        A retried batch of an idempotent producer is not appended again: its
+        original offset and ticket are returned.
+        """
         if self._closing:
             raise KafkaError(ErrorCode.not_leader_or_follower, "partition is shutting down")
-        from kafscale.protocol.records import restamp
-
+        duplicate = self.producers.check(headers[0])
+        if duplicate is not None:
+            return duplicate.base_offset, duplicate.ticket
         base_offset = self._next_offset
         stamped = restamp(record_set, headers, base_offset)
         self._next_offset = stamped[-1].last_offset + 1
+        for header in stamped:
+            self.producers.record(header, self._ticket)
         self._pending.append((record_set, stamped))
         self._pending_bytes += len(record_set)
         self._has_pending.set()
@@ -190,6 +199,8 @@ class PartitionLog:
                     error = await self._flush(pending)
                 if error is not None:
                     ticket.finish(error)
+                    self.producers.forget({h.producer_id for _, hs in pending for h in hs}
+                                          | {h.producer_id for _, hs in self._pending for h in hs})
                     # Later appends assumed this flush's offsets: fail them too and
                     # restart numbering at the durable end.
                     if self._pending:

@@ -1,0 +1,29 @@
+"""InitProducerId (22): producer ids for idempotent producers (transactions come later)."""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+_MAX_EPOCH = 2**15 - 1
+
+
+def _error(request: Request, code: ErrorCode):
+    return respond(request, dict(error_code=code, producer_id=-1, producer_epoch=-1))
+
+
+@register(ApiKey.INIT_PRODUCER_ID, error=_error)
+async def handle_init_producer_id(ctx, request: Request):
+    body = request.body
+    if body.transactional_id is not None:
+        return _error(request, ErrorCode.transactional_id_authorization_failed)
+    producer_id = getattr(body, "producer_id", -1)
+    epoch = getattr(body, "producer_epoch", -1)
+    if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
+        # KIP-360: an existing producer re-initialising keeps its id with a bumped epoch.
+        return respond(request, dict(error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=epoch + 1))
+    new_id = await ctx.logs.metadata.allocate_producer_id()
+    return respond(request, dict(error_code=ErrorCode.none, producer_id=new_id, producer_epoch=0))

@@ -1,0 +1,85 @@
+"""Idempotent-producer state of one partition: the last sequences of each producer id.
+
+Kept in memory: duplicates of the last five batches of a producer are answered
+with their original offsets, gaps are OUT_OF_ORDER_SEQUENCE_NUMBER, older epochs
+are fenced. After a restart a producer is unknown and its next batch is
+accepted as is (rebuilding this state from the stored batches is a later issue).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.records import BatchHeader
+
+__all__ = ["ProducerStates", "Duplicate"]
+
+_RECENT = 5  # Kafka keeps the metadata of a producer's last five batches
+_INT32 = 2**31
+
+
+@dataclass(slots=True)
+class _Entry:
+    first_sequence: int
+    last_sequence: int
+    base_offset: int
+    ticket: object
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    recent: deque[_Entry] = field(default_factory=lambda: deque(maxlen=_RECENT))
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    base_offset: int
+    ticket: object
+
+
+class ProducerStates:
+    def __init__(self) -> None:
+        self._producers: dict[int, _Producer] = {}
+
+    def check(self, header: BatchHeader) -> Duplicate | None:
+        """Raise for a fenced or out-of-order batch; return the original of a duplicate."""
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return None
+        state = self._producers.get(header.producer_id)
+        if state is None:
+            return None
+        if header.producer_epoch < state.epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"producer {header.producer_id} epoch {header.producer_epoch} is fenced")
+        if header.producer_epoch > state.epoch:
+            if header.base_sequence != 0:
+                raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                 "a new producer epoch must start at sequence 0")
+            return None
+        last_sequence = (header.base_sequence + header.last_offset_delta) % _INT32
+        for entry in state.recent:
+            if entry.first_sequence == header.base_sequence and entry.last_sequence == last_sequence:
+                return Duplicate(entry.base_offset, entry.ticket)
+        if state.recent:
+            expected = (state.recent[-1].last_sequence + 1) % _INT32
+            if header.base_sequence != expected:
+                raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                 f"expected sequence {expected}, got {header.base_sequence}")
+        return None
+
+    def record(self, header: BatchHeader, ticket: object) -> None:
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return
+        state = self._producers.get(header.producer_id)
+        if state is None or header.producer_epoch > state.epoch:
+            state = self._producers[header.producer_id] = _Producer(header.producer_epoch)
+        last_sequence = (header.base_sequence + header.last_offset_delta) % _INT32
+        state.recent.append(_Entry(header.base_sequence, last_sequence, header.base_offset, ticket))
+
+    def forget(self, producer_ids: set[int]) -> None:
+        """After a failed flush: their next batches are accepted as from unknown producers."""
+        for producer_id in producer_ids:
+            self._producers.pop(producer_id, None)
