@@ -11,12 +11,23 @@ fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -e '.[test]'
 
-# kcat is a regression client (old librdkafka) for the end-to-end tests.
-if ! command -v kcat >/dev/null 2>&1; then
+# Independent clients for the end-to-end tests: kcat (librdkafka 2.0.2, a
+# regression client), sarama (Go) from Debian; kafkajs from npm.
+need_apt=()
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need_apt+=(golang-github-shopify-sarama-dev)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+if [ "${#need_apt[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        echo "missing Debian packages: ${need_apt[*]} (run as root or install them)" >&2
+        exit 1
     fi
 fi
+(cd tests/clients/node && npm ci --no-audit --no-fund --silent)
 
 status=0
 "$VENV/bin/python" -m pytest "$@" || status=$?
