@@ -1,0 +1,54 @@
+import pytest
+
+from kafscale.gateway.config import ConfigError, GatewayConfig, build_parser, load_config
+
+
+def test_defaults_are_the_embedded_single_node():
+    config = load_config([], {})
+    assert (config.host, config.port, config.storage, config.auto_create_topics) == ("127.0.0.1", 9092, "./data", True)
+    assert config.advertised == ("127.0.0.1", 9092)
+
+
+def test_precedence_file_then_env_then_flags(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('port = 1000\nlinger_ms = 9\nnamespace = "prod"\nfsync = false\n')
+    config = load_config(["--config", str(path), "--port", "3000"], {"KAFSCALE_PORT": "2000", "KAFSCALE_LINGER_MS": "7"})
+    assert (config.port, config.linger_ms, config.namespace, config.fsync) == (3000, 7, "prod", False)
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), [
+    (["--port", "abc"], {}, "expected int"),
+    ([], {"KAFSCALE_FSYNC": "maybe"}, "expected bool"),
+    (["--default-partitions", "0"], {}, "must be >= 1"),
+    (["--log-level", "LOUD"], {}, "must be one of"),
+    (["--namespace", "a/b"], {}, "namespace"),
+    (["--segment-bytes", "2000", "--max-message-bytes", "5000"], {}, "segment_bytes"),
+])
+def test_bad_values_name_the_option(argv, env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(argv, env)
+
+
+def test_unknown_and_unreadable_files(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("colour = 'blue'\n")
+    with pytest.raises(ConfigError, match="unknown option 'colour'"):
+        load_config(["--config", str(bad)], {})
+    broken = tmp_path / "broken.toml"
+    broken.write_text("port = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(["--config", str(broken)], {})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(["--config", str(tmp_path / "none.toml")], {})
+
+
+def test_every_option_has_help_and_a_flag():
+    text = build_parser().format_help()
+    for name in GatewayConfig.__dataclass_fields__:
+        assert "--" + name.replace("_", "-") in text
+        assert "KAFSCALE_" + name.upper() in text
+
+
+def test_advertised_address_overrides():
+    config = load_config(["--advertised-host", "kafka.example", "--advertised-port", "19092"], {})
+    assert config.advertised == ("kafka.example", 19092)

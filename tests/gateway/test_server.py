@@ -1,0 +1,165 @@
+"""The server in-process (trio, real TCP on loopback, memory storage): pipelining,
+ordering, backpressure limits and graceful shutdown."""
+
+import datetime
+import struct
+
+import pytest
+import trio
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import Records
+
+from kafscale.gateway.config import GatewayConfig
+from kafscale.gateway.server import StartupError, serve
+from kafscale.protocol import ErrorCode, FrameDecoder, build_batch, encode_frame
+from kafscale.protocol.entities import build
+from kafscale.protocol.messages import RequestHeader, decode_response, encode_request, request_class
+
+
+def _config(**overrides):
+    return GatewayConfig(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
+
+
+async def _start(nursery, **overrides):
+    shutdown = trio.Event()
+    running = await nursery.start(serve, _config(**overrides), shutdown)
+    return running, shutdown
+
+
+_open_clients: list = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients():
+    yield
+    while _open_clients:
+        await _open_clients.pop().aclose()
+
+
+async def connect(port):
+    client = Client(await trio.open_tcp_stream("127.0.0.1", port))
+    _open_clients.append(client.stream)
+    return client
+
+
+class Client:
+    def __init__(self, stream):
+        self.stream = stream
+        self.decoder = FrameDecoder()
+
+    async def send(self, api_key, version, body, correlation_id):
+        await self.stream.send_all(encode_frame(encode_request(RequestHeader(api_key, version, correlation_id, "t"), body)))
+
+    async def receive(self):
+        while (frame := self.decoder.next_frame()) is None:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.decoder.feed(data)
+        return frame
+
+
+def _produce(topic, records, acks=-1):
+    return ProduceRequest(transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
+                          topic_data=(TopicProduceData(name=topic, partition_data=(
+                              PartitionProduceData(index=0, records=Records(records)),)),))
+
+
+async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nursery):
+    running, shutdown = await _start(nursery)
+    client = await connect(running.port)
+    for i in range(50):
+        await client.send(0, 9, _produce("p", build_batch([(None, b"%d" % i)])), correlation_id=i)
+        if i % 10 == 0:
+            await client.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                              correlation_id=1000 + i)
+    order, offsets = [], []
+    for _ in range(55):
+        payload = await client.receive()
+        (correlation_id,) = struct.unpack_from(">i", payload)
+        order.append(correlation_id)
+        if correlation_id < 1000:
+            _, body = decode_response(0, 9, payload)
+            offsets.append(body.responses[0].partition_responses[0].base_offset)
+    expected = []
+    for i in range(50):
+        expected.append(i)
+        if i % 10 == 0:
+            expected.append(1000 + i)
+    assert order == expected
+    assert offsets == list(range(50))  # arrival order is offset order
+    shutdown.set()
+
+
+async def test_long_poll_fetch_waits_for_min_bytes_then_wakes_on_produce(nursery):
+    running, shutdown = await _start(nursery)
+    consumer = await connect(running.port)
+    producer = await connect(running.port)
+    await producer.send(0, 9, _produce("lp", build_batch([(None, b"first")])), 1)
+    await producer.receive()
+    fetch = build(request_class(1, 12), dict(
+        replica_id=-1, max_wait=10_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[dict(topic="lp", partitions=[dict(
+            partition=0, current_leader_epoch=-1, fetch_offset=1, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+    started = trio.current_time()
+    await consumer.send(1, 12, fetch, 2)
+    await trio.sleep(0.2)
+    await producer.send(0, 9, _produce("lp", build_batch([(None, b"second")])), 3)
+    _, body = decode_response(1, 12, await consumer.receive())
+    waited = trio.current_time() - started
+    partition = body.responses[0].partitions[0]
+    assert partition.error_code == ErrorCode.none and partition.high_watermark == 2
+    assert b"second" in partition.records
+    assert 0.2 <= waited < 5  # woken by the produce, not by the 10 s max wait
+    shutdown.set()
+
+
+async def test_fetch_max_wait_expires_with_an_empty_answer(nursery):
+    running, shutdown = await _start(nursery)
+    client = await connect(running.port)
+    await client.send(0, 9, _produce("mw", build_batch([(None, b"x")])), 1)
+    await client.receive()
+    fetch = build(request_class(1, 12), dict(
+        replica_id=-1, max_wait=300, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[dict(topic="mw", partitions=[dict(
+            partition=0, current_leader_epoch=-1, fetch_offset=1, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+    started = trio.current_time()
+    await client.send(1, 12, fetch, 2)
+    _, body = decode_response(1, 12, await client.receive())
+    assert 0.25 <= trio.current_time() - started < 3
+    assert body.responses[0].partitions[0].records in (b"", None)
+    shutdown.set()
+
+
+async def test_graceful_shutdown_answers_accepted_produce(nursery):
+    running, shutdown = await _start(nursery, linger_ms=60_000, flush_bytes=1 << 30)
+    client = await connect(running.port)
+    await client.send(0, 9, _produce("g", build_batch([(None, b"x")])), 1)
+    await trio.sleep(0.1)  # accepted, waiting for its (very long) linger
+    shutdown.set()
+    _, body = decode_response(0, 9, await client.receive())
+    assert body.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert await client.receive() is None  # then the connection is closed
+
+
+async def test_oversized_frame_closes_the_connection(nursery):
+    running, shutdown = await _start(nursery, max_frame_bytes=1024)
+    client = await connect(running.port)
+    await client.stream.send_all(struct.pack(">i", 4096) + b"x" * 100)
+    assert await client.receive() is None
+    shutdown.set()
+
+
+async def test_port_in_use_is_a_clear_startup_error(nursery):
+    running, shutdown = await _start(nursery)
+    with pytest.raises(StartupError, match="cannot listen"):
+        await serve(_config(port=running.port), trio.Event())
+    shutdown.set()
+
+
+async def test_bad_storage_location_is_a_clear_startup_error():
+    with pytest.raises(StartupError, match="cannot open storage"):
+        await serve(GatewayConfig(port=0, http_port=-1, storage="ftp://x"), trio.Event())
