@@ -91,6 +91,6 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
 
 def version_range(api_key: int) -> VersionRange | None:
     try:
-        return SERVED_VERSIONS[ApiKey(api_key)]
+        return SERVED_VERSIONS.get(ApiKey(api_key))
     except ValueError:
         return None

@@ -18,6 +18,7 @@ from kio.serial import entity_reader, entity_writer
 
 from .api_versions import ApiKey, version_range
 from .errors import MalformedFrame, UnsupportedVersion
+from .guard import check_lengths
 
 __all__ = [
     "RequestHeader",
@@ -134,6 +135,7 @@ def decode_request(frame: bytes, *, strict: bool = False) -> Request:
     if body_type.__flexible__:
         pos = _skip_tagged_fields(frame, pos)
     header = RequestHeader(prefix.api_key, prefix.api_version, prefix.correlation_id, client_id)
+    check_lengths(body_type, frame, pos)  # before kio: see guard.py
     try:
         body, size = _reader(body_type)(frame, pos)
     except Exception as exc:  # untrusted bytes: any decoder failure means malformed

@@ -67,6 +67,7 @@ def _assert_still_serving(gateway):
     struct.pack(">i", -1),                         # negative size
     struct.pack(">i", 2**31 - 1),                  # absurd size: refused before buffering
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",          # not Kafka at all
+    encode_frame(bytes.fromhex("0023000200000001000163000301d5ffffff1f0000029171e7b12900bea14b000082d5000003d0000618")),  # an array length that made kio abort the process
 ])
 def test_garbage_closes_only_that_connection(gateway, sock, garbage):
     sock.sendall(garbage)

@@ -34,7 +34,13 @@ def test_every_served_request_and_response_round_trips(api_key, version, data, c
         frame = encode_request(header, body)
     except ValueError:  # kio's strategy can draw timedeltas its own writer cannot encode
         assume(False)
-    request = decode_request(frame)
+    try:
+        request = decode_request(frame)
+    except MalformedFrame as exc:
+        # kio's strategy draws i64 durations beyond what a Python timedelta holds;
+        # refusing them is right, they are just not a round-trip case.
+        assume("timedelta" not in str(exc))
+        raise
     assert request.header == header
     assert request.body == body
 
@@ -106,3 +112,13 @@ def test_version_table_is_within_what_kio_generates():
         for version in (served.min_version, served.max_version):
             assert request_class(key, version).__api_key__ == key
     assert version_range(12345) is None
+
+
+# Found by the mutation test above: an OffsetCommit v2 frame whose array length
+# makes kio's native decoder allocate 64 GiB and abort the whole process.
+KIO_ABORT_FRAME = bytes.fromhex("0023000200000001000163000301d5ffffff1f0000029171e7b12900bea14b000082d5000003d0000618")
+
+
+def test_hostile_array_length_is_refused_before_kio_allocates():
+    with pytest.raises(MalformedFrame, match="cannot fit"):
+        decode_request(KIO_ABORT_FRAME)

@@ -1,0 +1,163 @@
+"""A length guard run before kio's native decoder sees untrusted bytes.
+
+kio's decoder sizes its allocations from the length prefixes of arrays before
+checking them against the buffer, so a 40-byte frame announcing a 2-billion
+element array makes it allocate tens of GiB and abort the process. This walk
+follows the same schema, in Python, and rejects any array, string or bytes
+length that cannot fit in what is left of the frame; only frames that pass
+reach kio. It reads lengths only, so it costs a few microseconds per request.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import fields
+from functools import cache
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+)
+
+from .errors import MalformedFrame
+
+__all__ = ["check_lengths"]
+
+_FIXED = {
+    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
+    "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16,
+}
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+# A plan per entity: (kind, kafka_type, nested entity, tag) for each field.
+_ENTITY, _ENTITY_ARRAY, _PRIMITIVE, _PRIMITIVE_ARRAY = range(4)
+
+
+@cache
+def _plan(entity_type: type) -> tuple[tuple[tuple, ...], dict[int, tuple]]:
+    regular = []
+    tagged = {}
+    for item in fields(entity_type):
+        if item.name.startswith("__"):
+            continue
+        classified = classify_field(item)
+        if isinstance(classified, EntityTupleField):
+            step = (_ENTITY_ARRAY, None, classified.type_)
+        elif isinstance(classified, EntityField):
+            step = (_ENTITY, None, classified.type_)
+        elif isinstance(classified, PrimitiveTupleField):
+            step = (_PRIMITIVE_ARRAY, item.metadata["kafka_type"], None)
+        else:
+            assert isinstance(classified, PrimitiveField)
+            step = (_PRIMITIVE, item.metadata["kafka_type"], None)
+        tag = get_field_tag(item)
+        if tag is None:
+            regular.append(step)
+        else:
+            tagged[int(tag)] = step
+    return tuple(regular), tagged
+
+
+class _Cursor:
+    __slots__ = ("data", "pos", "end")
+
+    def __init__(self, data: bytes, pos: int, end: int) -> None:
+        self.data = data
+        self.pos = pos
+        self.end = end
+
+    def need(self, size: int) -> None:
+        if size < 0 or self.pos + size > self.end:
+            raise MalformedFrame(f"length {size} at byte {self.pos} runs past the end of the request")
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            self.need(1)
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise MalformedFrame(f"varint too long at byte {self.pos}")
+
+    def int16(self) -> int:
+        self.need(2)
+        (value,) = _I16.unpack_from(self.data, self.pos)
+        self.pos += 2
+        return value
+
+    def int32(self) -> int:
+        self.need(4)
+        (value,) = _I32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return value
+
+
+def check_lengths(entity_type: type, data: bytes, pos: int) -> None:
+    """Raise :class:`MalformedFrame` if any length in ``data[pos:]`` cannot fit."""
+    _walk_entity(entity_type, _Cursor(data, pos, len(data)))
+
+
+def _walk_entity(entity_type: type, cursor: _Cursor) -> None:
+    regular, tagged = _plan(entity_type)
+    flexible = entity_type.__flexible__
+    for step in regular:
+        _walk_step(step, cursor, flexible)
+    if flexible:
+        for _ in range(cursor.uvarint()):
+            tag = cursor.uvarint()
+            size = cursor.uvarint()
+            cursor.need(size)
+            step = tagged.get(tag)
+            if step is None:
+                cursor.pos += size
+                continue
+            inner = _Cursor(cursor.data, cursor.pos, cursor.pos + size)
+            _walk_step(step, inner, flexible)
+            cursor.pos += size
+
+
+def _array_length(cursor: _Cursor, flexible: bool) -> int:
+    count = cursor.uvarint() - 1 if flexible else cursor.int32()
+    if count > cursor.end - cursor.pos:  # every element takes at least one byte
+        raise MalformedFrame(f"array of {count} elements at byte {cursor.pos} cannot fit in the request")
+    return count
+
+
+def _walk_step(step: tuple, cursor: _Cursor, flexible: bool) -> None:
+    kind, kafka_type, nested = step
+    if kind == _PRIMITIVE:
+        _walk_primitive(kafka_type, cursor, flexible)
+    elif kind == _ENTITY:
+        _walk_entity(nested, cursor)
+    elif kind == _ENTITY_ARRAY:
+        for _ in range(_array_length(cursor, flexible)):
+            _walk_entity(nested, cursor)
+    else:
+        for _ in range(_array_length(cursor, flexible)):
+            _walk_primitive(kafka_type, cursor, flexible)
+
+
+def _walk_primitive(kafka_type: str, cursor: _Cursor, flexible: bool) -> None:
+    fixed = _FIXED.get(kafka_type)
+    if fixed is not None:
+        cursor.need(fixed)
+        cursor.pos += fixed
+        return
+    if kafka_type == "string":
+        size = cursor.uvarint() - 1 if flexible else cursor.int16()
+    elif kafka_type in ("bytes", "records"):
+        size = cursor.uvarint() - 1 if flexible else cursor.int32()
+    else:
+        raise MalformedFrame(f"no length rule for field type {kafka_type}")
+    if size > 0:
+        cursor.need(size)
+        cursor.pos += size
