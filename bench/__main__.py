@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from . import protocol_bench, report
+from . import broker_bench, protocol_bench, report
 
 SECTIONS = {
     "protocol": protocol_bench.run,
+    "broker": broker_bench.run,
 }
 
 

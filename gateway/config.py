@@ -37,7 +37,7 @@ class GatewayConfig:
     fsync: bool = _opt(True, "fsync segment files before acknowledging (filesystem backend)")
 
     # Produce path
-    linger_ms: int = _opt(2, "how long a partition gathers produce requests into one flush", minimum=0)
+    linger_ms: int = _opt(0, "extra wait before a flush; requests arriving while a flush is in flight always share the next one", minimum=0)
     flush_bytes: int = _opt(4 * 2**20, "flush a partition as soon as this many bytes wait", minimum=1)
     segment_bytes: int = _opt(64 * 2**20, "largest segment object; a bigger flush is split", minimum=1024)
     index_interval: int = _opt(1000, "records between sparse index entries", minimum=1)

@@ -11,6 +11,7 @@ nothing else.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 
 import trio
@@ -28,6 +29,8 @@ from .handlers.api_versions import unsupported_version_response
 __all__ = ["Connection"]
 
 log = logging.getLogger("kafscale.connection")
+
+_TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 
 class _Slot:
@@ -77,6 +80,7 @@ class Connection:
                 data = await self.stream.receive_some(65536)
                 if not data:
                     return
+                self._ack_now()
                 decoder.feed(data)
                 continue
             size = await self.budget.acquire(len(frame))
@@ -108,6 +112,19 @@ class Connection:
                 return
             await send_slots.send(slot)
             await nursery.start(self._handle, handler, request, slot)
+
+    def _ack_now(self) -> None:
+        """ACK what we just read instead of delaying it until the response.
+
+        Clients with Nagle's algorithm on (librdkafka's default) hold a small request
+        back until the previous one is ACKed; with delayed ACKs that serialises a
+        connection's requests behind each flush, defeating group commit.
+        """
+        if _TCP_QUICKACK is not None and isinstance(self.stream, trio.SocketStream):
+            try:
+                self.stream.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+            except OSError:
+                pass
 
     def _violation(self, exc: Exception) -> None:
         self.ctx.metrics.protocol_errors.inc()

@@ -104,6 +104,7 @@ class PartitionLog:
         self.closed = trio.Event()
         self.flushes = 0
         self.producers = ProducerStates()
+        self._index_slots = trio.Semaphore(4)
 
     # -- recovery --------------------------------------------------------------------------
 
@@ -182,39 +183,57 @@ class PartitionLog:
     async def run_flusher(self) -> None:
         """The partition's single writer. Runs until :meth:`close`; flushes what is left."""
         try:
-            while True:
-                await self._has_pending.wait()
-                if self._settings.linger_ms and not self._closing:
-                    with trio.move_on_after(self._settings.linger_ms / 1000):
-                        await self._full.wait()
-                if not self._pending:
-                    if self._closing:
-                        return
-                    self._has_pending = trio.Event()
-                    continue
-                pending, ticket = self._pending, self._ticket
-                self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
-                self._has_pending, self._full = trio.Event(), trio.Event()
-                with trio.CancelScope(shield=True):  # a write in progress is finished, not abandoned
-                    error = await self._flush(pending)
-                if error is not None:
-                    ticket.finish(error)
-                    self.producers.forget({h.producer_id for _, hs in pending for h in hs}
-                                          | {h.producer_id for _, hs in self._pending for h in hs})
-                    # Later appends assumed this flush's offsets: fail them too and
-                    # restart numbering at the durable end.
-                    if self._pending:
-                        self._ticket.finish(error)
-                        self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
-                        self._has_pending, self._full = trio.Event(), trio.Event()
-                    self._next_offset = self.high_watermark
-                else:
-                    ticket.finish()
-                    self._notify()
-                if self._closing and not self._pending:
-                    return
+            async with trio.open_nursery() as index_writers:
+                await self._flush_loop(index_writers)
         finally:
             self.closed.set()
+
+    async def _write_index(self, key: str, index: bytes) -> None:
+        async with self._index_slots:
+            try:
+                # Not fsync'd: after a crash a lost or torn index is detected and rebuilt.
+                await self._store.put(key, index, durable=False)
+            except StorageError as exc:
+                log.warning("writing index %s failed (it is rebuilt on demand): %s", key, exc)
+
+    async def _flush_loop(self, index_writers: trio.Nursery) -> None:
+        while True:
+            await self._has_pending.wait()
+            if self._settings.linger_ms and not self._closing:
+                with trio.move_on_after(self._settings.linger_ms / 1000):
+                    await self._full.wait()
+            if not self._pending:
+                if self._closing:
+                    return
+                self._has_pending = trio.Event()
+                continue
+            pending, ticket = self._pending, self._ticket
+            self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
+            self._has_pending, self._full = trio.Event(), trio.Event()
+            with trio.CancelScope(shield=True):  # a write in progress is finished, not abandoned
+                error, indexes = await self._flush(pending)
+            if error is not None:
+                ticket.finish(error)
+                self.producers.forget({h.producer_id for _, hs in pending for h in hs}
+                                      | {h.producer_id for _, hs in self._pending for h in hs})
+                # Later appends assumed this flush's offsets: fail them too and
+                # restart numbering at the durable end.
+                if self._pending:
+                    self._ticket.finish(error)
+                    self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
+                    self._has_pending, self._full = trio.Event(), trio.Event()
+                self._next_offset = self.high_watermark
+            else:
+                ticket.finish()
+                self._notify()
+            # Indexes are derived data: written beside the next flushes, off the
+            # acknowledgement path (a few at a time, so they cannot pile up).
+            for key, index in indexes:
+                await self._index_slots.acquire()
+                self._index_slots.release()
+                index_writers.start_soon(self._write_index, key, index)
+            if self._closing and not self._pending:
+                return
 
     async def close(self) -> None:
         """Stop taking appends, flush what was accepted, and wait for the flusher."""
@@ -223,7 +242,11 @@ class PartitionLog:
         self._full.set()
         await self.closed.wait()
 
-    async def _flush(self, pending: list[tuple[bytearray, list[BatchHeader]]]) -> KafkaError | None:
+    async def _flush(
+        self, pending: list[tuple[bytearray, list[BatchHeader]]]
+    ) -> tuple[KafkaError | None, list[tuple[str, bytes]]]:
+        """Write the pending record sets as one or more segments (bounded by segment_bytes).
+        Returns the error, if any, and the index objects still to write."""
         builders: list[SegmentBuilder] = []
         builder: SegmentBuilder | None = None
         for record_set, stamped in pending:
@@ -233,11 +256,18 @@ class PartitionLog:
                 builder = SegmentBuilder(stamped[0].base_offset)
                 builders.append(builder)
             builder.append(record_set, stamped)
+        indexes = []
         for builder in builders:
             error = await self._write_segment(builder)
             if error is not None:
-                return error
-        return None
+                return error, indexes
+            index = build_index(builder.batches, self._settings.index_interval)
+            self.segments[-1].max_timestamp = index.max_timestamp
+            indexes.append((
+                index_key(self._settings.namespace, self.topic, self.partition, builder.base_offset),
+                index.encode(),
+            ))
+        return None, indexes
 
     async def _write_segment(self, builder: SegmentBuilder) -> KafkaError | None:
         key = segment_key(self._settings.namespace, self.topic, self.partition, builder.base_offset)
@@ -252,15 +282,7 @@ class PartitionLog:
         except StorageError as exc:
             log.warning("writing %s failed: %s", key, exc)
             return KafkaError(ErrorCode.kafka_storage_error, f"object store write failed: {exc}")
-        index = build_index(builder.batches, self._settings.index_interval)
-        try:
-            await self._store.put(
-                index_key(self._settings.namespace, self.topic, self.partition, builder.base_offset),
-                index.encode(),
-            )
-        except StorageError as exc:  # the data is durable; the index can be rebuilt
-            log.warning("writing the index of %s failed (it will be rebuilt on demand): %s", key, exc)
-        ref = SegmentRef(builder.base_offset, builder.next_offset - 1, key, len(data), index.max_timestamp)
+        ref = SegmentRef(builder.base_offset, builder.next_offset - 1, key, len(data))
         self.segments.append(ref)
         self._bases.append(ref.base_offset)
         self._cache.put(key, Segment(

@@ -27,8 +27,8 @@ class AsyncStore:
     async def _run(self, function, *args, **kwargs):
         return await trio.to_thread.run_sync(partial(function, *args, **kwargs), limiter=self._limiter)
 
-    async def put(self, key: str, data: bytes) -> None:
-        await self._run(self.sync.put, key, data)
+    async def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        await self._run(self.sync.put, key, data, durable=durable)
 
     async def put_if_absent(self, key: str, data: bytes) -> None:
         await self._run(self.sync.put_if_absent, key, data)

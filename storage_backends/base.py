@@ -46,8 +46,9 @@ class ObjectInfo:
 class ObjectStore(Protocol):
     """A small object-store interface: whole-object writes, ranged reads, sorted listings."""
 
-    def put(self, key: str, data: bytes) -> None:
-        """Write (or replace) the object at ``key``; durable when this returns."""
+    def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        """Write (or replace) the object at ``key``; durable when this returns unless
+        ``durable=False`` (for derived data that can be rebuilt, e.g. indexes)."""
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists."""

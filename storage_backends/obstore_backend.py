@@ -24,9 +24,10 @@ class ObstoreBackend:
     def describe(self) -> str:
         return self._description
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
         self._call(obstore.put, key, data, mode="overwrite")
-        self._made_durable(key)
+        if durable:
+            self._made_durable(key)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         try:
@@ -99,30 +100,35 @@ class LocalBackend(ObstoreBackend):
         self.root.mkdir(parents=True, exist_ok=True)
         super().__init__(LocalStore(str(self.root), mkdir=True), f"file://{self.root}")
         self._fsync = fsync
+        self._durable_dirs: set[Path] = set()
 
     def _made_durable(self, key: str) -> None:
         if not self._fsync:
             return
         path = self.root / key
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            # The new directory entry must reach the disk too.
+            _fsync_path(path)
+            # The new directory entry must reach the disk too; directories above it
+            # only once, the first time we see them (they may have just been created).
             directory = path.parent
-            while True:
-                dir_fd = os.open(directory, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-                if directory == self.root or self.root not in directory.parents:
+            _fsync_path(directory)
+            while directory != self.root and self.root in directory.parents:
+                parent = directory.parent
+                if directory in self._durable_dirs:
                     break
-                directory = directory.parent
+                _fsync_path(parent)
+                self._durable_dirs.add(directory)
+                directory = parent
         except OSError as exc:
             raise StorageUnavailable(f"fsync {key}: {exc}") from exc
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class MemoryBackend(ObstoreBackend):

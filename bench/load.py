@@ -1,0 +1,111 @@
+"""Client-side load for the broker benchmarks (run as its own process so the client
+never shares a GIL with the broker under test). Prints one JSON line.
+
+    python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE
+    python -m bench.load consume BOOTSTRAP TOPIC COUNT PARTITIONS
+    python -m bench.load latency BOOTSTRAP TOPIC RATE SECONDS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    except Exception as exc:  # already exists is fine for a re-run
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int) -> dict:
+    create(bootstrap, topic, 3)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+                         "queue.buffering.max.kbytes": 1_048_576})
+    payload = b"x" * size
+    errors = 0
+
+    def report(err, _msg):
+        nonlocal errors
+        if err is not None:
+            errors += 1
+
+    started = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=payload, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.001)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(300)
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "messages": count, "bytes": count * size, "errors": errors}
+
+
+def consume(bootstrap: str, topic: str, count: int, partitions: int) -> dict:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+                         "queued.max.messages.kbytes": 1_048_576})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    received = 0
+    started = time.perf_counter()
+    deadline = started + 300
+    while received < count and time.perf_counter() < deadline:
+        for message in consumer.consume(10_000, 1.0):
+            if not message.error():
+                received += 1
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return {"seconds": seconds, "messages": received}
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
+    create(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    samples: list[float] = []
+
+    def report(err, msg):
+        if err is None:
+            samples.append(time.perf_counter() - float(msg.value()))
+
+    interval = 1.0 / rate
+    started = time.perf_counter()
+    next_at = started
+    while time.perf_counter() - started < seconds:
+        now = time.perf_counter()
+        if now >= next_at:
+            producer.produce(topic, value=repr(now).encode(), on_delivery=report)
+            next_at += interval
+        producer.poll(max(0.0, min(interval, next_at - time.perf_counter())))
+    producer.flush(30)
+    samples.sort()
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))] * 1000  # noqa: E731
+    return {"samples": len(samples), "p50_ms": pick(0.50), "p99_ms": pick(0.99), "max_ms": samples[-1] * 1000}
+
+
+def main(argv: list[str]) -> None:
+    mode, bootstrap, topic, *rest = argv
+    if mode == "produce":
+        result = produce(bootstrap, topic, int(rest[0]), int(rest[1]))
+    elif mode == "consume":
+        result = consume(bootstrap, topic, int(rest[0]), int(rest[1]))
+    elif mode == "latency":
+        result = latency(bootstrap, topic, int(rest[0]), float(rest[1]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
