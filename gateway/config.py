@@ -29,7 +29,7 @@ class GatewayConfig:
     http_host: str = _opt("127.0.0.1", "address of the /metrics, /healthz, /readyz listener")
     http_port: int = _opt(9094, "port of the HTTP listener (0 picks a free one, -1 disables it)", minimum=-1)
     node_id: int = _opt(0, "broker id this gateway reports in Metadata", minimum=0)
-    cluster_id: str = _opt("kafscale", "cluster id reported in Metadata and DescribeCluster")
+    cluster_id: str = _opt("kafscale", "cluster id reported in Metadata")
 
     # Storage
     storage: str = _opt("./data", "where topics live: a directory, file:///path or memory://")
