@@ -47,6 +47,12 @@ class GatewayConfig:
     auto_create_topics: bool = _opt(True, "create unknown topics on Metadata and Produce, as Kafka does")
     default_partitions: int = _opt(1, "partitions of an auto-created topic", minimum=1)
 
+    # Consumer groups (Kafka's group.* broker settings)
+    group_min_session_timeout_ms: int = _opt(6000, "shortest session timeout a member may ask for", minimum=1)
+    group_max_session_timeout_ms: int = _opt(1_800_000, "longest session timeout a member may ask for", minimum=1)
+    group_initial_rebalance_delay_ms: int = _opt(
+        3000, "how long a new group waits for more members before its first rebalance", minimum=0)
+
     # Limits
     max_frame_bytes: int = _opt(100 * 2**20, "largest request frame; bigger ones close the connection", minimum=64)
     max_inflight_bytes: int = _opt(256 * 2**20, "request bytes in flight across all connections", minimum=1024)

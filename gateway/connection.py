@@ -22,7 +22,7 @@ from kafscale.protocol.framing import FrameDecoder, encode_frame
 from kafscale.protocol.messages import Request, decode_request, encode_response, peek_header
 
 from .budget import ByteBudget
-from .context import GatewayContext
+from .context import GatewayContext, current_peer
 from .handlers import REGISTRY, Handler
 from .handlers.api_versions import unsupported_version_response
 
@@ -140,12 +140,14 @@ class Connection:
                 task_status.started()
 
         api = handler.api_key.name
+        current_peer.set(self.peer.rsplit(":", 1)[0])
         self.ctx.metrics.requests.labels(api, str(request.header.api_version)).inc()
         started = time.perf_counter()
         if not handler.ordered:
             admitted()
         try:
-            with trio.fail_after(self.ctx.config.request_timeout_ms / 1000 + 1):
+            timeout = handler.timeout(request) if handler.timeout else self.ctx.config.request_timeout_ms / 1000
+            with trio.fail_after(timeout + 1):
                 if handler.ordered:
                     body = await handler.handle(self.ctx, request, admitted)
                 else:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextvars
+from dataclasses import dataclass, field
 
 from .config import GatewayConfig
+from .groups import GroupCoordinator
 from .logs import LogManager
 from .metrics import Metrics
 
-__all__ = ["GatewayContext"]
+__all__ = ["GatewayContext", "current_peer"]
+
+# The client address of the request being handled (set by the connection).
+current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="unknown")
 
 
 @dataclass
@@ -16,6 +21,7 @@ class GatewayContext:
     config: GatewayConfig
     logs: LogManager
     metrics: Metrics
+    groups: GroupCoordinator = field(default=None)  # type: ignore[assignment]
     ready: bool = False
 
     @property

@@ -34,6 +34,9 @@ class Metrics:
         self.protocol_errors = Counter(
             "kafscale_protocol_errors_total", "Connections closed for breaking the protocol", registry=self.registry
         )
+        self.rebalances = Counter(
+            "kafscale_group_rebalances_total", "Consumer-group rebalances started", registry=self.registry
+        )
         self.inflight_bytes = Gauge(
             "kafscale_inflight_request_bytes", "Request bytes being processed", registry=self.registry
         )

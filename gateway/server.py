@@ -14,6 +14,8 @@ from .budget import ByteBudget
 from .config import GatewayConfig
 from .connection import Connection
 from .context import GatewayContext
+from .groups import GroupCoordinator, GroupStore
+from .groups.coordinator import GroupSettings
 from .http import serve_http
 from .logs import LogManager
 from .metadata import EmbeddedMetadata
@@ -50,7 +52,16 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     except StorageError as exc:
         raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
     logs = LogManager(config, store, metadata)
-    ctx = GatewayContext(config, logs, Metrics())
+    metrics = Metrics()
+    groups = GroupCoordinator(GroupStore(store, config.namespace), GroupSettings(
+        config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
+        config.group_initial_rebalance_delay_ms,
+    ), on_rebalance=lambda group_id: metrics.rebalances.inc())
+    try:
+        await groups.load()
+    except StorageError as exc:
+        raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
+    ctx = GatewayContext(config, logs, metrics, groups)
     budget = ByteBudget(config.max_inflight_bytes)
     connections: set[Connection] = set()
 
@@ -89,6 +100,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
 
     async with trio.open_nursery() as root:
         await root.start(logs.run)
+        await root.start(groups.run)
         if http_listeners:
             root.start_soon(serve_http, ctx, http_listeners)
         async with trio.open_nursery() as clients:

@@ -30,6 +30,9 @@ class Handler:
     # next request only then. Others are admitted as soon as they start.
     ordered: bool = False
     versions: VersionRange | None = None
+    # Seconds a request may take, when the API itself says (JoinGroup waits for the
+    # rebalance timeout); otherwise the gateway's request timeout applies.
+    timeout: Callable[[Request], float] | None = None
 
     @property
     def served(self) -> VersionRange:
@@ -39,9 +42,10 @@ class Handler:
 REGISTRY: dict[int, Handler] = {}
 
 
-def register(api_key: ApiKey, *, error: ErrorFn, ordered: bool = False, versions: VersionRange | None = None):
+def register(api_key: ApiKey, *, error: ErrorFn, ordered: bool = False, versions: VersionRange | None = None,
+             timeout: Callable[[Request], float] | None = None):
     def decorator(function: HandleFn) -> HandleFn:
-        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions)
+        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions, timeout)
         return function
 
     return decorator

@@ -110,5 +110,6 @@ async def handle_delete_topics(ctx, request: Request):
                                   error_message=f"unknown topic {name!r}"))
             continue
         await ctx.logs.delete_topic(name)
+        await ctx.groups.forget_topic(name)
         responses.append(dict(name=name, topic_id=info.topic_id, error_code=ErrorCode.none))
     return respond(request, dict(responses=responses))

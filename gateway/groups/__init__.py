@@ -1,0 +1,7 @@
+"""The classic consumer-group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup)
+and committed offsets."""
+
+from .coordinator import GroupCoordinator, GroupState
+from .store import GroupStore
+
+__all__ = ["GroupCoordinator", "GroupState", "GroupStore"]

@@ -1,0 +1,64 @@
+"""DescribeGroups (15), ListGroups (16), DeleteGroups (42)."""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from ..groups.coordinator import GroupState
+from .base import register, respond
+
+
+def _describe_error(request: Request, code: ErrorCode):
+    return respond(request, dict(groups=[
+        dict(error_code=code, group_id=g, group_state="", protocol_type="", protocol_data="", members=[])
+        for g in request.body.groups
+    ]))
+
+
+@register(ApiKey.DESCRIBE_GROUPS, error=_describe_error)
+async def handle_describe_groups(ctx, request: Request):
+    described = []
+    for group_id in request.body.groups:
+        group = ctx.groups.groups.get(group_id)
+        if group is None:
+            described.append(dict(error_code=ErrorCode.none, group_id=group_id, group_state=GroupState.DEAD.value,
+                                  protocol_type="", protocol_data="", members=[]))
+            continue
+        stable = group.state == GroupState.STABLE
+        members = [
+            dict(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                 client_host=m.client_host, member_metadata=m.metadata_for(group.protocol_name) if stable else b"",
+                 member_assignment=m.assignment if stable else b"")
+            for m in group.members.values()
+        ]
+        described.append(dict(error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,
+                              protocol_type=group.protocol_type or "",
+                              protocol_data=(group.protocol_name or "") if stable else "", members=members))
+    return respond(request, dict(groups=described))
+
+
+@register(ApiKey.LIST_GROUPS, error=lambda request, code: respond(request, dict(error_code=code, groups=[])))
+async def handle_list_groups(ctx, request: Request):
+    wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
+    groups = [
+        dict(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value)
+        for g in sorted(ctx.groups.groups.values(), key=lambda g: g.group_id)
+        if g.state != GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
+    ]
+    return respond(request, dict(error_code=ErrorCode.none, groups=groups))
+
+
+@register(ApiKey.DELETE_GROUPS, error=lambda request, code: respond(request, dict(results=[
+    dict(group_id=g, error_code=code) for g in request.body.groups_names])))
+async def handle_delete_groups(ctx, request: Request):
+    results = []
+    for group_id in request.body.groups_names:
+        try:
+            await ctx.groups.delete_group(group_id)
+            code = ErrorCode.none
+        except KafkaError as exc:
+            code = exc.code
+        results.append(dict(group_id=group_id, error_code=code))
+    return respond(request, dict(results=results))

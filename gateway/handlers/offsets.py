@@ -1,0 +1,138 @@
+"""OffsetCommit (8), OffsetFetch (9), OffsetDelete (47)."""
+
+from __future__ import annotations
+
+import struct
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from ..groups.coordinator import GroupState, now_ms
+from ..groups.store import CommittedOffset
+from .base import register, respond
+
+
+def _commit_error(request: Request, code: ErrorCode):
+    return respond(request, dict(topics=[
+        dict(name=t.name, partitions=[dict(partition_index=p.partition_index, error_code=code) for p in t.partitions])
+        for t in request.body.topics
+    ]))
+
+
+@register(ApiKey.OFFSET_COMMIT, error=_commit_error)
+async def handle_offset_commit(ctx, request: Request):
+    body = request.body
+    try:
+        group = ctx.groups.check_commit(body.group_id, body.member_id, body.generation_id_or_member_epoch,
+                                        getattr(body, "group_instance_id", None))
+    except KafkaError as exc:
+        return _commit_error(request, exc.code)
+    topics = ctx.logs.topics()
+    accepted = {}
+    results = []
+    stamp = now_ms()
+    for topic in body.topics:
+        partitions = []
+        info = topics.get(topic.name)
+        for part in topic.partitions:
+            metadata = part.committed_metadata
+            if info is None or not 0 <= part.partition_index < info.partitions:
+                code = ErrorCode.unknown_topic_or_partition
+            elif metadata is not None and len(metadata.encode()) > ctx.groups.settings.max_metadata_bytes:
+                code = ErrorCode.offset_metadata_too_large
+            else:
+                code = ErrorCode.none
+                accepted[(topic.name, part.partition_index)] = CommittedOffset(
+                    part.committed_offset, getattr(part, "committed_leader_epoch", -1), metadata, stamp)
+            partitions.append(dict(partition_index=part.partition_index, error_code=code))
+        results.append(dict(name=topic.name, partitions=partitions))
+    if accepted:
+        await ctx.groups.commit(group, accepted)
+    return respond(request, dict(topics=results))
+
+
+def _fetch_topics(ctx, group_id: str, requested) -> list[dict]:
+    committed = ctx.groups.committed(group_id)
+    if requested is None:  # every committed offset of the group
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+        requested_pairs = list(wanted.items())
+    else:
+        requested_pairs = [(t.name, list(t.partition_indexes)) for t in requested]
+    topics = []
+    for name, partitions in requested_pairs:
+        rows = []
+        for partition in partitions:
+            item = committed.get((name, partition))
+            # Nothing committed is -1 (never 0): clients then apply auto.offset.reset.
+            rows.append(dict(partition_index=partition, committed_offset=item.offset if item else -1,
+                             committed_leader_epoch=item.leader_epoch if item else -1,
+                             metadata=(item.metadata if item else "") or "", error_code=ErrorCode.none))
+        topics.append(dict(name=name, partitions=rows))
+    return topics
+
+
+def _fetch_error(request: Request, code: ErrorCode):
+    body = request.body
+    if hasattr(body, "groups"):
+        return respond(request, dict(groups=[dict(group_id=g.group_id, topics=[], error_code=code) for g in body.groups]))
+    return respond(request, dict(topics=[], error_code=code))
+
+
+@register(ApiKey.OFFSET_FETCH, error=_fetch_error)
+async def handle_offset_fetch(ctx, request: Request):
+    body = request.body
+    if hasattr(body, "groups"):  # v8+: several groups at once
+        return respond(request, dict(groups=[
+            dict(group_id=g.group_id, topics=_fetch_topics(ctx, g.group_id, g.topics), error_code=ErrorCode.none)
+            for g in body.groups
+        ]))
+    return respond(request, dict(topics=_fetch_topics(ctx, body.group_id, body.topics), error_code=ErrorCode.none))
+
+
+def _subscribed_topics(metadata: bytes) -> set[str]:
+    """Topics of a consumer-protocol subscription (version, then an array of strings)."""
+    try:
+        (count,) = struct.unpack_from(">i", metadata, 2)
+        pos, topics = 6, set()
+        for _ in range(max(count, 0)):
+            (size,) = struct.unpack_from(">h", metadata, pos)
+            topics.add(metadata[pos + 2: pos + 2 + size].decode())
+            pos += 2 + size
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return set()
+
+
+def _delete_error(request: Request, code: ErrorCode):
+    return respond(request, dict(error_code=code, topics=[]))
+
+
+@register(ApiKey.OFFSET_DELETE, error=_delete_error)
+async def handle_offset_delete(ctx, request: Request):
+    body = request.body
+    group = ctx.groups.groups.get(body.group_id)
+    if group is None or group.state == GroupState.DEAD:
+        return _delete_error(request, ErrorCode.group_id_not_found)
+    subscribed: set[str] = set()
+    if group.protocol_type == "consumer":
+        for member in group.members.values():
+            subscribed |= _subscribed_topics(member.metadata_for(group.protocol_name))
+    elif group.members:
+        return _delete_error(request, ErrorCode.non_empty_group)
+    deleted, topics = [], []
+    for topic in body.topics:
+        rows = []
+        for part in topic.partitions:
+            if topic.name in subscribed:
+                code = ErrorCode.group_subscribed_to_topic
+            else:
+                code = ErrorCode.none
+                deleted.append((topic.name, part.partition_index))
+            rows.append(dict(partition_index=part.partition_index, error_code=code))
+        topics.append(dict(name=topic.name, partitions=rows))
+    if deleted:
+        await ctx.groups.delete_offsets(group, deleted)
+    return respond(request, dict(error_code=ErrorCode.none, topics=topics))
