@@ -1,0 +1,100 @@
+"""Consumer groups with kafka-python and aiokafka (their own assignors, client-side)."""
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+
+from tests.support.gateway_process import GatewayProcess
+
+
+@pytest.fixture
+def groups_gateway(tmp_path):
+    process = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "1000").start()
+    yield process
+    process.kill()
+
+
+def _topic(gateway, name, partitions=6, messages=300):
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(10)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+    for i in range(messages):
+        producer.produce(name, value=b"%d" % i, partition=i % partitions)
+    assert producer.flush(10) == 0
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin", "sticky"])
+def test_kafka_python_group_of_three(groups_gateway, assignor):
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    chosen = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+              "sticky": StickyPartitionAssignor}[assignor]
+    gateway = groups_gateway
+    _topic(gateway, "kp-group")
+    group = f"g-{uuid.uuid4()}"
+    consumers = [KafkaConsumer("kp-group", bootstrap_servers=gateway.bootstrap, group_id=group,
+                               auto_offset_reset="earliest", enable_auto_commit=False,
+                               partition_assignment_strategy=[chosen], session_timeout_ms=10000,
+                               heartbeat_interval_ms=500) for _ in range(3)]
+    seen = {i: [] for i in range(3)}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(map(len, seen.values())) < 300:
+        for i, consumer in enumerate(consumers):
+            for records in consumer.poll(timeout_ms=100).values():
+                seen[i].extend(int(r.value) for r in records)
+            consumer.commit()
+    assert sorted(v for values in seen.values() for v in values) == list(range(300))
+    assignments = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+    assert sorted(p for a in assignments for p in a) == list(range(6))
+    assert all(assignments), assignments
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_aiokafka_group_of_two_commits_and_resumes(groups_gateway):
+    gateway = groups_gateway
+    _topic(gateway, "aio-group", partitions=4, messages=200)
+    group = f"g-{uuid.uuid4()}"
+
+    async def scenario():
+        consumers = [AIOKafkaConsumer("aio-group", bootstrap_servers=gateway.bootstrap, group_id=group,
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      session_timeout_ms=10000, heartbeat_interval_ms=500)
+                     for _ in range(2)]
+        for consumer in consumers:
+            await consumer.start()
+        seen = []
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(seen) < 200:
+                for consumer in consumers:
+                    batches = await consumer.getmany(timeout_ms=100)
+                    for records in batches.values():
+                        seen.extend(int(r.value) for r in records)
+                    if batches:
+                        await consumer.commit()
+            sizes = [len(c.assignment()) for c in consumers]
+        finally:
+            for consumer in consumers:
+                await consumer.stop()
+        late = AIOKafkaConsumer("aio-group", bootstrap_servers=gateway.bootstrap, group_id=group,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+        await late.start()
+        try:
+            leftover = await late.getmany(timeout_ms=2000)
+        finally:
+            await late.stop()
+        return seen, sizes, sum(len(v) for v in leftover.values())
+
+    seen, sizes, leftover = asyncio.run(scenario())
+    assert sorted(seen) == list(range(200))
+    assert sorted(sizes) == [2, 2]
+    assert leftover == 0  # everything was committed: a new member resumes at the end
