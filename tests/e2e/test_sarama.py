@@ -18,15 +18,24 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
-def sarama_binary(tmp_path_factory):
-    binary = GO_DIR / "bin" / "sarama-e2e"
+def _build(name: str, cache: Path) -> Path:
+    binary = GO_DIR / "bin" / name
     env = {**os.environ, "GO111MODULE": "off", "GOPATH": f"{GO_DIR}:/usr/share/gocode",
-           "GOCACHE": str(tmp_path_factory.mktemp("gocache")), "GOFLAGS": ""}
-    done = subprocess.run(["go", "build", "-o", str(binary), "sarama-e2e"], cwd=GO_DIR, env=env,
+           "GOCACHE": str(cache), "GOFLAGS": ""}
+    done = subprocess.run(["go", "build", "-o", str(binary), name], cwd=GO_DIR, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return binary
+
+
+@pytest.fixture(scope="session")
+def sarama_binary(tmp_path_factory):
+    return _build("sarama-e2e", tmp_path_factory.mktemp("gocache"))
+
+
+@pytest.fixture(scope="session")
+def sarama_group_binary(tmp_path_factory):
+    return _build("sarama-group", tmp_path_factory.mktemp("gocache"))
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
@@ -41,3 +50,26 @@ def test_sarama_produce_and_consume(gateway, sarama_binary, codec):
         dict(offset=i, key=f"k{i}", value=f"value {i}", header=f"n={i}", timestamp=1_700_000_000_000 + i)
         for i in range(60)
     ]
+
+
+def test_sarama_consumer_group(tmp_path, sarama_group_binary):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.support.gateway_process import GatewayProcess
+
+    gateway = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "1000").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("go-group", num_partitions=6, replication_factor=1)])["go-group"].result(10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+        for i in range(300):
+            producer.produce("go-group", value=b"%d" % i, partition=i % 6)
+        assert producer.flush(10) == 0
+        done = subprocess.run([str(sarama_group_binary), gateway.bootstrap, "go-group", "go-g", "3", "300"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert sorted(int(v) for member in report["seen"] for v in (member or [])) == list(range(300))
+    finally:
+        gateway.kill()
