@@ -44,6 +44,7 @@ class GatewayConfig:
     max_message_bytes: int = _opt(1048588, "largest record batch accepted (Kafka's message.max.bytes)", minimum=1)
 
     # Topics
+    retention_check_interval_ms: int = _opt(300_000, "how often retention deletes old segments", minimum=10)
     auto_create_topics: bool = _opt(True, "create unknown topics on Metadata and Produce, as Kafka does")
     default_partitions: int = _opt(1, "partitions of an auto-created topic", minimum=1)
 

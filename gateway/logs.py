@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 import trio
 
@@ -14,6 +15,7 @@ from .config import GatewayConfig
 from .keys import topic_prefix
 from .metadata import MetadataStore, TopicInfo
 from .partition_log import LogSettings, PartitionLog
+from .topic_configs import int_config
 from .storage import AsyncStore
 
 __all__ = ["LogManager", "validate_topic_name"]
@@ -34,19 +36,65 @@ class LogManager:
         self.store = store
         self.metadata = metadata
         self.cache: ByteLRU = ByteLRU(config.cache_bytes)
-        self.settings = LogSettings(
-            config.namespace, config.linger_ms, config.flush_bytes, config.segment_bytes, config.index_interval
-        )
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Owns the flusher tasks; returns after :meth:`close` has flushed them all."""
+        """Owns the flusher tasks and the retention task; returns after :meth:`close`."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
-            await trio.sleep_forever()
+            while True:
+                await trio.sleep(self.config.retention_check_interval_ms / 1000)
+                try:
+                    await self.enforce_retention()
+                except Exception:  # a failing store must not stop the gateway
+                    log.exception("retention pass failed")
+
+    def settings_for(self, info: TopicInfo) -> LogSettings:
+        segment_bytes = int_config(info.configs, "segment.bytes") if "segment.bytes" in info.configs \
+            else self.config.segment_bytes
+        return LogSettings(self.config.namespace, self.config.linger_ms, self.config.flush_bytes,
+                           segment_bytes, self.config.index_interval)
+
+    def max_message_bytes(self, topic: str) -> int:
+        info = self.topics().get(topic)
+        if info is not None and "max.message.bytes" in info.configs:
+            return int_config(info.configs, "max.message.bytes")
+        return self.config.max_message_bytes
+
+    async def enforce_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every partition of every topic; returns segments deleted."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        deleted = 0
+        for info in list(self.topics().values()):
+            retention_ms = int_config(info.configs, "retention.ms")
+            retention_bytes = int_config(info.configs, "retention.bytes")
+            for partition in range(info.partitions):
+                try:
+                    partition_log = await self.get(info.name, partition)
+                except KafkaError:
+                    continue
+                deleted += await partition_log.enforce_retention(retention_ms, retention_bytes, now_ms)
+        return deleted
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        info = await self.metadata.update_topic(name, configs=configs)
+        for (topic, _), partition_log in self._logs.items():
+            if topic == name:
+                partition_log.reconfigure(self.settings_for(info))
+        return info
+
+    async def add_partitions(self, name: str, count: int) -> TopicInfo:
+        return await self.metadata.update_topic(name, partitions=count)
+
+    async def delete_records(self, name: str, partition: int, offset: int) -> int:
+        partition_log = await self.get(name, partition)
+        log_start = partition_log.move_log_start(offset)
+        await self.metadata.update_topic(name, log_start={partition: log_start})
+        await partition_log.delete_segments_before_log_start()
+        return log_start
 
     def topics(self) -> dict[str, TopicInfo]:
         return self.metadata.topics()
@@ -97,9 +145,9 @@ class LogManager:
             await loading.wait()
         loading = self._loading[key] = trio.Event()
         try:
-            partition_log = PartitionLog(topic, partition, self.store, self.settings, self.cache)
+            partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache)
             try:
-                await partition_log.recover()
+                await partition_log.recover(info.log_start.get(partition, 0))
             except Exception as exc:
                 log.warning("recovering %s-%d failed: %s", topic, partition, exc)
                 raise KafkaError(ErrorCode.kafka_storage_error, f"cannot load {topic}-{partition}: {exc}") from exc

@@ -32,13 +32,17 @@ class TopicInfo:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+    # Log start offsets moved by DeleteRecords (retention moves them by deleting segments).
+    log_start: dict[int, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"id": str(self.topic_id), "partitions": self.partitions, "configs": self.configs}
+        return {"id": str(self.topic_id), "partitions": self.partitions, "configs": self.configs,
+                "log_start": {str(p): o for p, o in sorted(self.log_start.items())}}
 
     @classmethod
     def from_json(cls, name: str, data: dict) -> TopicInfo:
-        return cls(name, uuid.UUID(data["id"]), int(data["partitions"]), dict(data.get("configs", {})))
+        return cls(name, uuid.UUID(data["id"]), int(data["partitions"]), dict(data.get("configs", {})),
+                   {int(p): int(o) for p, o in data.get("log_start", {}).items()})
 
 
 class MetadataStore(Protocol):
@@ -47,6 +51,9 @@ class MetadataStore(Protocol):
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo: ...
     async def delete_topic(self, name: str) -> TopicInfo | None: ...
     async def allocate_producer_id(self) -> int: ...
+    async def update_topic(self, name: str, *, partitions: int | None = None,
+                           configs: dict[str, str] | None = None,
+                           log_start: dict[int, int] | None = None) -> TopicInfo: ...
 
 
 class EmbeddedMetadata:
@@ -89,6 +96,21 @@ class EmbeddedMetadata:
         await self._store.put(self._key, json.dumps(document, indent=1).encode())
         self._topics = topics
         self._producer_block_end = block_end
+
+    async def update_topic(self, name: str, *, partitions: int | None = None,
+                           configs: dict[str, str] | None = None,
+                           log_start: dict[int, int] | None = None) -> TopicInfo:
+        async with self._lock:
+            info = self._topics.get(name)
+            if info is None:
+                raise KeyError(name)
+            updated = TopicInfo(
+                name, info.topic_id, info.partitions if partitions is None else partitions,
+                dict(info.configs if configs is None else configs),
+                {**info.log_start, **(log_start or {})},
+            )
+            await self._save({**self._topics, name: updated})
+            return updated
 
     async def allocate_producer_id(self) -> int:
         async with self._lock:

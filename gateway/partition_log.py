@@ -108,7 +108,11 @@ class PartitionLog:
 
     # -- recovery --------------------------------------------------------------------------
 
-    async def recover(self) -> None:
+    def reconfigure(self, settings: LogSettings) -> None:
+        """New topic settings (e.g. segment.bytes) apply from the next flush."""
+        self._settings = settings
+
+    async def recover(self, persisted_log_start: int = 0) -> None:
         """Rebuild segments, log start and high watermark from storage."""
         listed = await self._store.list(self._prefix)
         found = sorted(
@@ -137,6 +141,7 @@ class PartitionLog:
         if segments:
             self.log_start_offset = segments[0].base_offset
             self.high_watermark = segments[-1].last_offset + 1
+        self.log_start_offset = min(max(self.log_start_offset, persisted_log_start), self.high_watermark)
         self._next_offset = self.high_watermark
 
     async def _read_last_offset(self, key: str, size: int) -> int | None:
@@ -294,7 +299,7 @@ class PartitionLog:
 
     async def _reload_after_fence(self) -> None:
         try:
-            await self.recover()
+            await self.recover(self.log_start_offset)
         except StorageError as exc:
             log.warning("reloading %s-%d after a fence failed: %s", self.topic, self.partition, exc)
 
@@ -405,3 +410,57 @@ class PartitionLog:
                 if found:
                     break
         return found
+
+    # -- retention -------------------------------------------------------------------------
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(ref.size for ref in self.segments)
+
+    def move_log_start(self, offset: int) -> int:
+        """DeleteRecords: records below ``offset`` are gone (-1 means the high watermark)."""
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"offset {offset} is outside [0, {self.high_watermark}]")
+        self.log_start_offset = max(self.log_start_offset, offset)
+        return self.log_start_offset
+
+    async def delete_segments_before_log_start(self) -> int:
+        """Delete segments wholly below the log start (never the newest one)."""
+        doomed = [ref for ref in self.segments[:-1] if ref.last_offset < self.log_start_offset]
+        await self._delete(doomed)
+        return len(doomed)
+
+    async def enforce_retention(self, retention_ms: int, retention_bytes: int, now_ms: int) -> int:
+        """Delete the oldest segments that are past retention.ms (by their newest timestamp)
+        or that keep the partition above retention.bytes. The newest segment is kept, as
+        Kafka keeps its active segment, so the high watermark survives a restart."""
+        doomed: list[SegmentRef] = []
+        candidates = self.segments[:-1]
+        if retention_ms >= 0:
+            for ref in candidates:
+                if await self._max_timestamp(ref) >= now_ms - retention_ms:
+                    break
+                doomed.append(ref)
+        if retention_bytes >= 0:
+            size = self.size_bytes - sum(ref.size for ref in doomed)
+            for ref in candidates[len(doomed):]:
+                if size <= retention_bytes:
+                    break
+                doomed.append(ref)
+                size -= ref.size
+        await self._delete(doomed)
+        return len(doomed)
+
+    async def _delete(self, doomed: list[SegmentRef]) -> None:
+        for ref in doomed:
+            # Move the log start first: from here on nobody reads this segment.
+            self.log_start_offset = max(self.log_start_offset, ref.last_offset + 1)
+            self.segments.remove(ref)
+            self._bases = [s.base_offset for s in self.segments]
+            self._cache.discard(ref.key)
+            await self._store.delete(ref.key)
+            await self._store.delete(index_key(self._settings.namespace, self.topic, self.partition, ref.base_offset))
+            log.info("deleted segment %s (log start now %d)", ref.key, self.log_start_offset)

@@ -1,7 +1,9 @@
 """Request handlers, one module per API family; importing this package registers them all."""
 
 from . import (  # noqa: F401
+    admin,
     api_versions,
+    configs,
     coordinator,
     fetch,
     group_admin,

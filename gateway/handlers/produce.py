@@ -76,11 +76,12 @@ async def handle_produce(ctx, request: Request, admitted):
             except CorruptBatch as exc:
                 results[key] = _partition(part.index, ErrorCode.corrupt_message, message=str(exc))
                 continue
-            too_large = next((h for h in headers if h.size > config.max_message_bytes), None)
+            limit = ctx.logs.max_message_bytes(topic.name)
+            too_large = next((h for h in headers if h.size > limit), None)
             if too_large is not None:
                 results[key] = _partition(
                     part.index, ErrorCode.message_too_large,
-                    message=f"batch of {too_large.size} bytes exceeds max.message.bytes {config.max_message_bytes}",
+                    message=f"batch of {too_large.size} bytes exceeds max.message.bytes {limit}",
                 )
                 continue
             try:

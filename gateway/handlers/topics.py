@@ -8,16 +8,11 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..topic_configs import validate_topic_configs
 from .base import register, respond
 
 log = logging.getLogger("kafscale.handlers.topics")
 
-# Topic configs we accept at creation (their meaning is enforced by the issues that
-# build retention and limits); anything else is refused with INVALID_CONFIG.
-SUPPORTED_TOPIC_CONFIGS = frozenset({
-    "retention.ms", "retention.bytes", "segment.bytes", "max.message.bytes", "cleanup.policy",
-    "compression.type", "message.timestamp.type", "min.insync.replicas", "segment.ms",
-})
 
 
 def _create_entry(name, code: ErrorCode, message: str | None = None, info=None) -> dict:
@@ -58,12 +53,11 @@ async def _create_one(ctx, topic, validate_only: bool) -> dict:
         partitions = len(topic.assignments)
     if topic.replication_factor not in (-1, 1) and topic.replication_factor < 1:
         return _create_entry(name, ErrorCode.invalid_replication_factor, "replication factor must be positive")
-    configs = {}
-    for item in topic.configs:
-        if item.name not in SUPPORTED_TOPIC_CONFIGS:
-            return _create_entry(name, ErrorCode.invalid_config, f"unsupported topic config {item.name!r}")
-        if item.value is not None:
-            configs[item.name] = item.value
+    configs = {item.name: item.value for item in topic.configs if item.value is not None}
+    try:
+        validate_topic_configs({item.name: item.value for item in topic.configs})
+    except KafkaError as exc:
+        return _create_entry(name, exc.code, str(exc))
     if name in ctx.logs.topics():
         return _create_entry(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")
     try:

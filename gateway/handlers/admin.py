@@ -1,0 +1,121 @@
+"""CreatePartitions (37), DeleteRecords (21), OffsetForLeaderEpoch (23),
+DescribeCluster (60), DescribeLogDirs (35)."""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from .base import register, respond
+
+# Every partition has leader epoch 0 on a single gateway (the cluster issue brings epochs).
+LEADER_EPOCH = 0
+
+
+def _create_partitions_error(request: Request, code: ErrorCode):
+    return respond(request, dict(results=[dict(name=t.name, error_code=code, error_message=None)
+                                          for t in request.body.topics]))
+
+
+@register(ApiKey.CREATE_PARTITIONS, error=_create_partitions_error)
+async def handle_create_partitions(ctx, request: Request):
+    results = []
+    for topic in request.body.topics:
+        info = ctx.logs.topics().get(topic.name)
+        if info is None:
+            code, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {topic.name!r}"
+        elif topic.count <= info.partitions:
+            code, message = ErrorCode.invalid_partitions, (
+                f"topic {topic.name!r} has {info.partitions} partitions; the count can only grow")
+        elif topic.assignments is not None and len(topic.assignments) != topic.count - info.partitions:
+            code, message = ErrorCode.invalid_replica_assignment, "one assignment per new partition"
+        else:
+            code, message = ErrorCode.none, None
+            if not request.body.validate_only:
+                await ctx.logs.add_partitions(topic.name, topic.count)
+        results.append(dict(name=topic.name, error_code=code, error_message=message))
+    return respond(request, dict(results=results))
+
+
+def _delete_records_error(request: Request, code: ErrorCode):
+    return respond(request, dict(topics=[
+        dict(name=t.name, partitions=[dict(partition_index=p.partition_index, low_watermark=-1, error_code=code)
+                                      for p in t.partitions]) for t in request.body.topics
+    ]))
+
+
+@register(ApiKey.DELETE_RECORDS, error=_delete_records_error)
+async def handle_delete_records(ctx, request: Request):
+    topics = []
+    for topic in request.body.topics:
+        rows = []
+        for part in topic.partitions:
+            try:
+                low = await ctx.logs.delete_records(topic.name, part.partition_index, part.offset)
+                rows.append(dict(partition_index=part.partition_index, low_watermark=low, error_code=ErrorCode.none))
+            except KafkaError as exc:
+                rows.append(dict(partition_index=part.partition_index, low_watermark=-1, error_code=exc.code))
+        topics.append(dict(name=topic.name, partitions=rows))
+    return respond(request, dict(topics=topics))
+
+
+def _epoch_error(request: Request, code: ErrorCode):
+    return respond(request, dict(topics=[
+        dict(topic=t.topic, partitions=[dict(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                                        for p in t.partitions]) for t in request.body.topics
+    ]))
+
+
+@register(ApiKey.OFFSET_FOR_LEADER_EPOCH, error=_epoch_error)
+async def handle_offset_for_leader_epoch(ctx, request: Request):
+    topics = []
+    for topic in request.body.topics:
+        rows = []
+        for part in topic.partitions:
+            try:
+                partition_log = await ctx.logs.get(topic.topic, part.partition)
+            except KafkaError as exc:
+                rows.append(dict(error_code=exc.code, partition=part.partition, leader_epoch=-1, end_offset=-1))
+                continue
+            if part.current_leader_epoch > LEADER_EPOCH:
+                rows.append(dict(error_code=ErrorCode.unknown_leader_epoch, partition=part.partition,
+                                 leader_epoch=-1, end_offset=-1))
+            elif part.leader_epoch > LEADER_EPOCH:
+                rows.append(dict(error_code=ErrorCode.none, partition=part.partition, leader_epoch=-1, end_offset=-1))
+            else:  # one epoch so far: it ends at the high watermark
+                rows.append(dict(error_code=ErrorCode.none, partition=part.partition, leader_epoch=LEADER_EPOCH,
+                                 end_offset=partition_log.high_watermark))
+        topics.append(dict(topic=topic.topic, partitions=rows))
+    return respond(request, dict(topics=topics))
+
+
+@register(ApiKey.DESCRIBE_CLUSTER, error=lambda request, code: respond(request, dict(
+    error_code=code, error_message=None, cluster_id="", controller_id=-1, brokers=[])))
+async def handle_describe_cluster(ctx, request: Request):
+    brokers = [dict(broker_id=b["node_id"], host=b["host"], port=b["port"], rack=None) for b in ctx.brokers()]
+    return respond(request, dict(error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                                 cluster_id=ctx.config.cluster_id, controller_id=ctx.node_id, brokers=brokers))
+
+
+@register(ApiKey.DESCRIBE_LOG_DIRS, error=lambda request, code: respond(request, dict(error_code=code, results=[])))
+async def handle_describe_log_dirs(ctx, request: Request):
+    known = ctx.logs.topics()
+    if request.body.topics is None:
+        wanted = [(name, list(range(info.partitions))) for name, info in sorted(known.items())]
+    else:
+        wanted = [(t.topic, list(t.partitions)) for t in request.body.topics if t.topic in known]
+    topics = []
+    for name, partitions in wanted:
+        rows = []
+        for partition in partitions:
+            try:
+                partition_log = await ctx.logs.get(name, partition)
+            except KafkaError:
+                continue
+            rows.append(dict(partition_index=partition, partition_size=partition_log.size_bytes, offset_lag=0,
+                             is_future_key=False))
+        topics.append(dict(name=name, partitions=rows))
+    return respond(request, dict(error_code=ErrorCode.none, results=[dict(
+        error_code=ErrorCode.none, log_dir=ctx.logs.store.describe(), topics=topics, total_bytes=-1, usable_bytes=-1,
+    )]))

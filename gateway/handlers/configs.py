@@ -1,0 +1,134 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics
+(and a read-only view of the broker)."""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from ..topic_configs import TOPIC_CONFIGS, effective_configs, validate_topic_configs
+from .base import register, respond
+
+TOPIC = 2
+BROKER = 4
+# ConfigSource values
+TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _entry(name, value, source, read_only, documentation, include_docs, config_type=0) -> dict:
+    return dict(name=name, value=value, read_only=read_only, config_source=source, is_default=source == DEFAULT_CONFIG,
+                is_sensitive=False, synonyms=[], config_type=config_type,
+                documentation=documentation if include_docs else None)
+
+
+def _broker_configs(ctx) -> dict[str, str]:
+    config = ctx.config
+    return {
+        "broker.id": str(config.node_id),
+        "message.max.bytes": str(config.max_message_bytes),
+        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
+        "num.partitions": str(config.default_partitions),
+        "log.segment.bytes": str(config.segment_bytes),
+        "socket.request.max.bytes": str(config.max_frame_bytes),
+        "group.min.session.timeout.ms": str(config.group_min_session_timeout_ms),
+        "group.max.session.timeout.ms": str(config.group_max_session_timeout_ms),
+        "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
+    }
+
+
+def _describe_error(request: Request, code: ErrorCode):
+    return respond(request, dict(results=[
+        dict(error_code=code, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name,
+             configs=[]) for r in request.body.resources
+    ]))
+
+
+@register(ApiKey.DESCRIBE_CONFIGS, error=_describe_error)
+async def handle_describe_configs(ctx, request: Request):
+    include_docs = getattr(request.body, "include_documentation", False)
+    results = []
+    for resource in request.body.resources:
+        keys = set(resource.configuration_keys) if resource.configuration_keys else None
+        entries = []
+        code, message = ErrorCode.none, None
+        if resource.resource_type == TOPIC:
+            info = ctx.logs.topics().get(resource.resource_name)
+            if info is None:
+                code, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}"
+            else:
+                for name, (value, explicit) in effective_configs(info.configs).items():
+                    spec = TOPIC_CONFIGS[name]
+                    entries.append(_entry(name, value, TOPIC_CONFIG if explicit else DEFAULT_CONFIG, False,
+                                          spec.documentation, include_docs, spec.config_type))
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(ctx.node_id)):
+                code, message = ErrorCode.invalid_request, f"unknown broker {resource.resource_name!r}"
+            else:
+                for name, value in _broker_configs(ctx).items():
+                    entries.append(_entry(name, value, STATIC_BROKER_CONFIG, True, None, include_docs))
+        else:
+            code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported"
+        if keys is not None:
+            entries = [e for e in entries if e["name"] in keys]
+        results.append(dict(error_code=code, error_message=message, resource_type=resource.resource_type,
+                            resource_name=resource.resource_name, configs=entries))
+    return respond(request, dict(results=results))
+
+
+def _alter_error(request: Request, code: ErrorCode):
+    return respond(request, dict(responses=[
+        dict(error_code=code, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
+        for r in request.body.resources
+    ]))
+
+
+async def _alter(ctx, request: Request, incremental: bool):
+    validate_only = request.body.validate_only
+    responses = []
+    for resource in request.body.resources:
+        code, message = ErrorCode.none, None
+        try:
+            if resource.resource_type == BROKER:
+                raise KafkaError(ErrorCode.invalid_request, "broker configs are read-only; use the gateway's options")
+            if resource.resource_type != TOPIC:
+                raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
+            info = ctx.logs.topics().get(resource.resource_name)
+            if info is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}")
+            if incremental:
+                configs = dict(info.configs)
+                for item in resource.configs:
+                    if item.config_operation == SET:
+                        configs[item.name] = item.value
+                    elif item.config_operation == DELETE:
+                        configs.pop(item.name, None)
+                    else:  # APPEND/SUBTRACT apply to list configs; cleanup.policy has one legal value
+                        raise KafkaError(ErrorCode.invalid_config,
+                                         f"operation {item.config_operation} is not supported for {item.name}")
+                validate_topic_configs({item.name: item.value for item in resource.configs})
+            else:  # AlterConfigs replaces the whole set
+                configs = {item.name: item.value for item in resource.configs if item.value is not None}
+                validate_topic_configs(configs)
+            validate_topic_configs(configs)
+            if not validate_only:
+                await ctx.logs.alter_topic_configs(resource.resource_name, configs)
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        responses.append(dict(error_code=code, error_message=message, resource_type=resource.resource_type,
+                              resource_name=resource.resource_name))
+    return respond(request, dict(responses=responses))
+
+
+@register(ApiKey.ALTER_CONFIGS, error=_alter_error)
+async def handle_alter_configs(ctx, request: Request):
+    return await _alter(ctx, request, incremental=False)
+
+
+@register(ApiKey.INCREMENTAL_ALTER_CONFIGS, error=_alter_error)
+async def handle_incremental_alter_configs(ctx, request: Request):
+    return await _alter(ctx, request, incremental=True)

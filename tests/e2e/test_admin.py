@@ -1,0 +1,179 @@
+"""Admin-client operations with confluent-kafka's AdminClient (and kafka-python's for
+log dirs): groups, topic configs, partitions, records, retention."""
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from tests.support.gateway_process import GatewayProcess
+
+
+@pytest.fixture
+def admin_gateway(tmp_path):
+    process = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "0",
+                             "--retention-check-interval-ms", "200").start()
+    yield process
+    process.kill()
+
+
+def _produce(gateway, topic, count, partition=0, flush_every=10, timestamp=None):
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+    for i in range(count):
+        kwargs = {"timestamp": timestamp} if timestamp else {}
+        producer.produce(topic, value=b"x" * 100, partition=partition, **kwargs)
+        if i % flush_every == flush_every - 1:
+            producer.flush(10)  # one segment per flush
+    assert producer.flush(10) == 0
+
+
+def test_list_describe_and_delete_groups(admin_gateway):
+    gateway = admin_gateway
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic("grp", num_partitions=2, replication_factor=1)])["grp"].result(10)
+    _produce(gateway, "grp", 10)
+    group = f"g-{uuid.uuid4()}"
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe(["grp"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not consumer.assignment():
+        consumer.poll(0.2)
+    consumer.commit(offsets=[TopicPartition("grp", 0, 5)], asynchronous=False)
+
+    listed = admin.list_consumer_groups().result(10)
+    assert group in {g.group_id for g in listed.valid}
+    stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(10)
+    assert group in {g.group_id for g in stable.valid}
+    description = admin.describe_consumer_groups([group])[group].result(10)
+    assert description.state == ConsumerGroupState.STABLE and len(description.members) == 1
+    assert sorted(tp.partition for tp in description.members[0].assignment.topic_partitions) == [0, 1]
+    offsets = admin.list_consumer_group_offsets([_group_request(group)])[group].result(10)
+    assert {(tp.partition, tp.offset) for tp in offsets.topic_partitions if tp.partition == 0} == {(0, 5)}
+
+    with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+        admin.delete_consumer_groups([group])[group].result(10)
+    consumer.close()
+    admin.delete_consumer_groups([group])[group].result(10)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+
+
+def _group_request(group):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    return ConsumerGroupTopicPartitions(group)
+
+
+def test_topic_configs_describe_alter_incremental(admin_gateway):
+    gateway = admin_gateway
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic("cfg", num_partitions=1, replication_factor=1,
+                                  config={"retention.ms": "3600000"})])["cfg"].result(10)
+    resource = ConfigResource("topic", "cfg")
+    described = admin.describe_configs([resource])[resource].result(10)
+    assert described["retention.ms"].value == "3600000"
+    assert described["cleanup.policy"].value == "delete" and described["cleanup.policy"].is_default
+
+    admin.incremental_alter_configs([ConfigResource("topic", "cfg", incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])])[resource].result(10)
+    described = admin.describe_configs([resource])[resource].result(10)
+    assert described["max.message.bytes"].value == "2000" and described["retention.ms"].value == "3600000"
+
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all", "message.max.bytes": 100_000})
+    errors = []
+    producer.produce("cfg", value=b"x" * 5000, on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(10)
+    assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE"  # the topic's limit applies
+
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        admin.incremental_alter_configs([ConfigResource("topic", "cfg", incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])])[resource].result(10)
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        admin.incremental_alter_configs([ConfigResource("topic", "cfg", incremental_configs=[
+            ConfigEntry("colour", "blue", incremental_operation=AlterConfigOpType.SET)])])[resource].result(10)
+    broker = ConfigResource("broker", "0")
+    assert admin.describe_configs([broker])[broker].result(10)["message.max.bytes"].value == "1048588"
+
+
+def test_create_partitions_and_delete_records(admin_gateway):
+    gateway = admin_gateway
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic("grow", num_partitions=2, replication_factor=1)])["grow"].result(10)
+    admin.create_partitions([NewPartitions("grow", 5)])["grow"].result(10)
+    assert len(admin.list_topics(timeout=10).topics["grow"].partitions) == 5
+    with pytest.raises(KafkaException, match="INVALID_PARTITIONS"):
+        admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(10)
+    _produce(gateway, "grow", 50, partition=4)
+
+    result = admin.delete_records([TopicPartition("grow", 4, 23)])
+    (future,) = result.values()
+    assert future.result(10).low_watermark == 23
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "x", "enable.auto.commit": False})
+    assert consumer.get_watermark_offsets(TopicPartition("grow", 4), timeout=10) == (23, 50)
+    gateway.restart()  # the moved log start survives a restart
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "x", "enable.auto.commit": False})
+    assert consumer.get_watermark_offsets(TopicPartition("grow", 4), timeout=10) == (23, 50)
+    consumer.assign([TopicPartition("grow", 4, 23)])
+    message = consumer.poll(10)
+    assert message is not None and message.offset() == 23
+    consumer.close()
+
+
+def test_retention_by_size_and_time_deletes_old_segments(admin_gateway):
+    gateway = admin_gateway
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic("ret", num_partitions=1, replication_factor=1,
+                                  config={"retention.bytes": "3000"})])["ret"].result(10)
+    _produce(gateway, "ret", 100)  # ten segments of ~1.3 KB
+    segments = lambda: sorted((gateway.data_dir / "kafscale" / "ret" / "0").glob("*.kfs"))  # noqa: E731
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(segments()) > 3:
+        time.sleep(0.1)
+    assert 1 <= len(segments()) <= 3
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "r", "enable.auto.commit": False})
+    low, high = consumer.get_watermark_offsets(TopicPartition("ret", 0), timeout=10)
+    assert high == 100 and low >= 70
+
+    admin.create_topics([NewTopic("old", num_partitions=1, replication_factor=1,
+                                  config={"retention.ms": "60000"})])["old"].result(10)
+    _produce(gateway, "old", 30, timestamp=int(time.time() * 1000) - 3_600_000)  # an hour old
+    _produce(gateway, "old", 10)  # fresh
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and consumer.get_watermark_offsets(TopicPartition("old", 0), timeout=10)[0] < 30:
+        time.sleep(0.1)
+    assert consumer.get_watermark_offsets(TopicPartition("old", 0), timeout=10) == (30, 40)
+    consumer.close()
+
+
+def test_describe_log_dirs_and_cluster(admin_gateway):
+    from kafka.admin import KafkaAdminClient
+
+    gateway = admin_gateway
+    _produce(gateway, "sized", 20)
+    client = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
+    try:
+        cluster = client.describe_cluster()
+        assert cluster["cluster_id"] == "kafscale" and len(cluster["brokers"]) == 1
+        (broker,) = client.describe_log_dirs(["sized"])
+        (log_dir,) = broker["log_dirs"]
+        assert log_dir["error_code"] == 0 and log_dir["log_dir"].startswith("file://")
+        (topic,) = log_dir["topics"]
+        (partition,) = topic["partitions"]
+        on_disk = sum(p.stat().st_size for p in (gateway.data_dir / "kafscale" / "sized" / "0").glob("*.kfs"))
+        assert (topic["name"], partition["partition_index"], partition["partition_size"]) == ("sized", 0, on_disk)
+    finally:
+        client.close()
