@@ -1,5 +1,7 @@
-// Runs N kafkajs group consumers on one topic until they have read COUNT messages
-// between them, committing as they go; prints one JSON line with who read what.
+// Runs N kafkajs group consumers on one topic; once the group is Stable with all N
+// members it produces COUNT messages over the topic's partitions, and stops when the
+// members have read them between them (committing as they go). Prints one JSON line
+// with who read what.
 // Usage: node group.js <bootstrap> <topic> <group> <members> <count>
 const { Kafka, logLevel } = require('kafkajs')
 
@@ -29,15 +31,31 @@ async function main () {
     })
   }
   const timer = setTimeout(() => done(), 60000)
+  const admin = kafka.admin()
+  await admin.connect()
+  let description
+  for (;;) {
+    description = await admin.describeGroups([groupId])
+    const group = description.groups[0]
+    if (group.state === 'Stable' && group.members.length === members) break
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+  const stableAfter = (Date.now() - started) / 1000
+  const producer = kafka.producer()
+  await producer.connect()
+  const metadata = await admin.fetchTopicMetadata({ topics: [topic] })
+  const partitions = metadata.topics[0].partitions.length
+  const messages = []
+  for (let i = 0; i < count; i++) messages.push({ value: `${i}`, partition: i % partitions })
+  await producer.send({ topic, acks: -1, messages })
+  await producer.disconnect()
   await finished
   clearTimeout(timer)
   const seconds = (Date.now() - started) / 1000
-  const admin = kafka.admin()
-  await admin.connect()
-  const description = await admin.describeGroups([groupId])
+  description = await admin.describeGroups([groupId])
   await admin.disconnect()
   for (const consumer of consumers) await consumer.disconnect()
-  console.log(JSON.stringify({ seen, seconds, state: description.groups[0].state, members: description.groups[0].members.length }))
+  console.log(JSON.stringify({ seen, seconds, stableAfter, state: description.groups[0].state, members: description.groups[0].members.length }))
 }
 
 main().catch(err => { console.error(err); process.exit(1) })

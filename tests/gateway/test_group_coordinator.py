@@ -1,0 +1,182 @@
+"""The group coordinator's state machine, driven directly (trio, memory store). Each test
+takes pytest-trio's autojump_clock, so rebalance and session timers run in virtual time."""
+
+import pytest
+import trio
+
+from kafscale.gateway.groups import GroupCoordinator, GroupState, GroupStore
+from kafscale.gateway.groups.coordinator import GroupSettings
+from kafscale.gateway.groups.store import CommittedOffset
+from kafscale.gateway.storage import AsyncStore
+from kafscale.protocol import ErrorCode, KafkaError
+from kafscale.storage_backends import MemoryBackend
+
+SETTINGS = GroupSettings(min_session_timeout_ms=1000, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=0)
+
+
+@pytest.fixture
+def backend():
+    return MemoryBackend()
+
+
+@pytest.fixture
+async def coordinator(nursery, backend):
+    groups = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS)
+    await nursery.start(groups.run)
+    return groups
+
+
+def _join_args(member_id="", protocols=(("range", b"meta"),), instance=None, session=10_000, rebalance=10_000):
+    return dict(group_id="g", member_id=member_id, group_instance_id=instance, client_id="c", client_host="h",
+                session_timeout_ms=session, rebalance_timeout_ms=rebalance, protocol_type="consumer",
+                protocols=list(protocols), require_known_member_id=True, supports_skip_assignment=False)
+
+
+async def _join_with_handshake(coordinator, **kwargs):
+    first = await coordinator.join(**_join_args(**kwargs))
+    assert first["error_code"] == ErrorCode.member_id_required
+    return await coordinator.join(**_join_args(member_id=first["member_id"], **kwargs))
+
+
+async def test_member_id_handshake_join_and_sync(autojump_clock, coordinator):
+    result = await _join_with_handshake(coordinator)
+    assert result["error_code"] == ErrorCode.none and result["generation_id"] == 1
+    assert result["leader"] == result["member_id"] and len(result["members"]) == 1
+    member = result["member_id"]
+    synced = await coordinator.sync(group_id="g", member_id=member, generation=1, group_instance_id=None,
+                                    protocol_type="consumer", protocol_name="range", assignments={member: b"mine"})
+    assert synced["assignment"] == b"mine"
+    assert coordinator.groups["g"].state == GroupState.STABLE
+
+
+async def test_two_members_get_the_leaders_assignment(autojump_clock, coordinator, nursery):
+    results = {}
+
+    async def member(name):
+        results[name] = await _join_with_handshake(coordinator)
+
+    nursery.start_soon(member, "a")
+    nursery.start_soon(member, "b")
+    await trio.sleep(0.1)
+    # The first generation completed with whoever joined; one more rebalance brings both
+    # in when the second arrived during the first.
+    while coordinator.groups["g"].state != GroupState.COMPLETING_REBALANCE or len(results) < 2:
+        await trio.sleep(0.1)
+        if coordinator.groups["g"].state == GroupState.COMPLETING_REBALANCE and len(results) == 2:
+            break
+    group = coordinator.groups["g"]
+    ids = [r["member_id"] for r in results.values()]
+    leader = group.leader_id
+    assert sorted(ids) == sorted(group.members)
+    assert all(r["generation_id"] == group.generation for r in results.values())
+    follower = next(i for i in ids if i != leader)
+    got = {}
+
+    async def sync(member_id, assignments):
+        got[member_id] = await coordinator.sync(group_id="g", member_id=member_id, generation=group.generation,
+                                                group_instance_id=None, protocol_type=None, protocol_name=None,
+                                                assignments=assignments)
+
+    nursery.start_soon(sync, follower, {})
+    await trio.sleep(0.1)
+    assert follower not in got  # followers wait for the leader
+    await sync(leader, {leader: b"L", follower: b"F"})
+    await trio.sleep(0.1)
+    assert got[follower]["assignment"] == b"F" and got[leader]["assignment"] == b"L"
+
+
+async def test_session_expiry_removes_a_silent_member(autojump_clock, coordinator):
+    result = await _join_with_handshake(coordinator, session=2000)
+    member = result["member_id"]
+    await coordinator.sync(group_id="g", member_id=member, generation=1, group_instance_id=None,
+                           protocol_type=None, protocol_name=None, assignments={member: b"x"})
+    await trio.sleep(1.5)
+    coordinator.heartbeat(group_id="g", member_id=member, generation=1, group_instance_id=None)
+    await trio.sleep(3)
+    assert coordinator.groups["g"].state == GroupState.EMPTY
+    with pytest.raises(KafkaError) as info:
+        coordinator.heartbeat(group_id="g", member_id=member, generation=1, group_instance_id=None)
+    assert info.value.code == ErrorCode.unknown_member_id
+
+
+async def test_heartbeat_during_rebalance_says_rejoin(autojump_clock, coordinator, nursery):
+    first = await _join_with_handshake(coordinator)
+    a = first["member_id"]
+    await coordinator.sync(group_id="g", member_id=a, generation=1, group_instance_id=None,
+                           protocol_type=None, protocol_name=None, assignments={a: b"x"})
+    nursery.start_soon(lambda: _join_with_handshake(coordinator))
+    await trio.sleep(0.1)
+    with pytest.raises(KafkaError) as info:
+        coordinator.heartbeat(group_id="g", member_id=a, generation=1, group_instance_id=None)
+    assert info.value.code == ErrorCode.rebalance_in_progress
+    rejoined = await coordinator.join(**_join_args(member_id=a))
+    assert rejoined["generation_id"] == 2 and len(coordinator.groups["g"].members) == 2
+
+
+async def test_a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(autojump_clock, coordinator, nursery):
+    first = await _join_with_handshake(coordinator, rebalance=3000, session=30_000)
+    a = first["member_id"]
+    await coordinator.sync(group_id="g", member_id=a, generation=1, group_instance_id=None,
+                           protocol_type=None, protocol_name=None, assignments={a: b"x"})
+    result = {}
+
+    async def newcomer():
+        result["b"] = await _join_with_handshake(coordinator, rebalance=3000, session=30_000)
+
+    nursery.start_soon(newcomer)
+    await trio.sleep(4)  # a never rejoins
+    assert result["b"]["generation_id"] == 2
+    assert list(coordinator.groups["g"].members) == [result["b"]["member_id"]]
+
+
+async def test_inconsistent_protocols_and_bad_session_timeouts(autojump_clock, coordinator):
+    await _join_with_handshake(coordinator)
+    with pytest.raises(KafkaError) as info:
+        await coordinator.join(**_join_args(protocols=(("other", b""),)))
+    assert info.value.code == ErrorCode.inconsistent_group_protocol
+    with pytest.raises(KafkaError) as info:
+        await coordinator.join(**_join_args(session=10))
+    assert info.value.code == ErrorCode.invalid_session_timeout
+
+
+async def test_commit_rules_and_durable_offsets(autojump_clock, coordinator, backend, nursery):
+    # Standalone commit (generation -1, no member) on an empty group is allowed.
+    group = coordinator.check_commit("solo", "", -1, None)
+    await coordinator.commit(group, {("t", 0): CommittedOffset(42, -1, "meta", 1)})
+    assert coordinator.committed("solo")[("t", 0)].offset == 42
+    assert coordinator.committed("never") == {}
+
+    result = await _join_with_handshake(coordinator)
+    member = result["member_id"]
+    with pytest.raises(KafkaError) as info:
+        coordinator.check_commit("g", "", -1, None)  # the group has members
+    assert info.value.code == ErrorCode.unknown_member_id
+    await coordinator.sync(group_id="g", member_id=member, generation=1, group_instance_id=None,
+                           protocol_type=None, protocol_name=None, assignments={})
+    with pytest.raises(KafkaError) as info:
+        coordinator.check_commit("g", member, 7, None)
+    assert info.value.code == ErrorCode.illegal_generation
+    group = coordinator.check_commit("g", member, 1, None)
+    await coordinator.commit(group, {("t", 1): CommittedOffset(9)})
+
+    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS)
+    await reloaded.load()
+    assert reloaded.committed("solo")[("t", 0)] == CommittedOffset(42, -1, "meta", 1)
+    assert reloaded.committed("g")[("t", 1)].offset == 9
+    assert reloaded.groups["g"].generation == 1
+
+    await coordinator.forget_topic("t")
+    assert coordinator.committed("solo") == {} and coordinator.committed("g") == {}
+
+
+async def test_delete_group_only_when_empty(autojump_clock, coordinator):
+    result = await _join_with_handshake(coordinator)
+    with pytest.raises(KafkaError) as info:
+        await coordinator.delete_group("g")
+    assert info.value.code == ErrorCode.non_empty_group
+    assert coordinator.leave("g", [(result["member_id"], None)])[0][2] == ErrorCode.none
+    await coordinator.delete_group("g")
+    assert "g" not in coordinator.groups
+    with pytest.raises(KafkaError) as info:
+        await coordinator.delete_group("g")
+    assert info.value.code == ErrorCode.group_id_not_found
