@@ -19,7 +19,7 @@ import trio
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError, MalformedFrame, ProtocolError, UnsupportedVersion
 from kafscale.protocol.framing import FrameDecoder, encode_frame
-from kafscale.protocol.messages import Request, decode_request, encode_response, peek_header
+from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
 
 from .budget import ByteBudget
 from .context import GatewayContext, current_peer
@@ -91,8 +91,6 @@ class Connection:
                 if exc.api_key == ApiKey.API_VERSIONS:
                     # Answer in v0 so the client can retry at a version we serve.
                     header = peek_header(frame)
-                    from kafscale.protocol.messages import RequestHeader
-
                     slot.payload = encode_response(RequestHeader(18, 0, header.correlation_id),
                                                    unsupported_version_response(exc.api_version))
                     slot.done.set()
