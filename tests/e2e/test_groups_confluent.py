@@ -7,29 +7,11 @@ import sys
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.gateway_process import GatewayProcess
+from tests.e2e.conftest import make_topic
 
 SESSION_MS = 6000
-
-
-@pytest.fixture
-def groups_gateway(tmp_path):
-    process = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "1000").start()
-    yield process
-    process.kill()
-
-
-def _topic(gateway, name, partitions=6, messages=600):
-    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(10)
-    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
-    for i in range(messages):
-        producer.produce(name, key=b"%d" % i, value=b"%d" % i, partition=i % partitions)
-    assert producer.flush(10) == 0
 
 
 def _consumer(gateway, group, **extra):
@@ -53,7 +35,7 @@ def _drain(consumers, until, timeout=60.0):
 
 def test_three_members_share_six_partitions_each_message_once(groups_gateway):
     gateway = groups_gateway
-    _topic(gateway, "shared")
+    make_topic(gateway, "shared")
     group = f"g-{uuid.uuid4()}"
     consumers = [_consumer(gateway, group) for _ in range(3)]
     started = time.monotonic()
@@ -73,7 +55,7 @@ def test_three_members_share_six_partitions_each_message_once(groups_gateway):
 
 def test_rebalance_on_join_leave_and_death_loses_nothing(groups_gateway):
     gateway = groups_gateway
-    _topic(gateway, "churn", messages=0)
+    make_topic(gateway, "churn", messages=0)
     group = f"g-{uuid.uuid4()}"
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
     produced = 0
@@ -144,7 +126,7 @@ while True:
 
 def test_commits_survive_restart_and_new_consumer_resumes(groups_gateway):
     gateway = groups_gateway
-    _topic(gateway, "resume", partitions=2, messages=100)
+    make_topic(gateway, "resume", partitions=2, messages=100)
     group = f"g-{uuid.uuid4()}"
     consumer = _consumer(gateway, group)
     consumer.subscribe(["resume"])
@@ -165,7 +147,7 @@ def test_commits_survive_restart_and_new_consumer_resumes(groups_gateway):
 
 def test_cooperative_sticky_rebalance(groups_gateway):
     gateway = groups_gateway
-    _topic(gateway, "coop", messages=300)
+    make_topic(gateway, "coop", messages=300)
     group = f"g-{uuid.uuid4()}"
     settings = {"partition.assignment.strategy": "cooperative-sticky"}
     first = _consumer(gateway, group, **settings)
@@ -183,7 +165,7 @@ def test_cooperative_sticky_rebalance(groups_gateway):
 
 def test_static_member_rejoins_without_rebalance(groups_gateway):
     gateway = groups_gateway
-    _topic(gateway, "static", partitions=4, messages=40)
+    make_topic(gateway, "static", partitions=4, messages=40)
     group = f"g-{uuid.uuid4()}"
     members = [_consumer(gateway, group, **{"group.instance.id": f"instance-{i}"}) for i in range(2)]
     for member in members:

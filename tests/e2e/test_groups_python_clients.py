@@ -6,27 +6,9 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
-from tests.support.gateway_process import GatewayProcess
-
-
-@pytest.fixture
-def groups_gateway(tmp_path):
-    process = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "1000").start()
-    yield process
-    process.kill()
-
-
-def _topic(gateway, name, partitions=6, messages=300):
-    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(10)
-    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
-    for i in range(messages):
-        producer.produce(name, value=b"%d" % i, partition=i % partitions)
-    assert producer.flush(10) == 0
+from tests.e2e.conftest import make_topic
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin", "sticky"])
@@ -38,7 +20,7 @@ def test_kafka_python_group_of_three(groups_gateway, assignor):
     chosen = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
               "sticky": StickyPartitionAssignor}[assignor]
     gateway = groups_gateway
-    _topic(gateway, "kp-group")
+    make_topic(gateway, "kp-group")
     group = f"g-{uuid.uuid4()}"
     consumers = [KafkaConsumer("kp-group", bootstrap_servers=gateway.bootstrap, group_id=group,
                                auto_offset_reset="earliest", enable_auto_commit=False,
@@ -61,7 +43,7 @@ def test_kafka_python_group_of_three(groups_gateway, assignor):
 
 def test_aiokafka_group_of_two_commits_and_resumes(groups_gateway):
     gateway = groups_gateway
-    _topic(gateway, "aio-group", partitions=4, messages=200)
+    make_topic(gateway, "aio-group", partitions=4, messages=200)
     group = f"g-{uuid.uuid4()}"
 
     async def scenario():

@@ -66,6 +66,14 @@ def _produce(topic, records, acks=-1):
                               PartitionProduceData(index=0, records=Records(records)),)),))
 
 
+def _fetch(topic, offset, max_wait_ms):
+    return build(request_class(1, 12), dict(
+        replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[dict(topic=topic, partitions=[dict(
+            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+
+
 async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nursery):
     running, shutdown = await _start(nursery)
     client = await connect(running.port)
@@ -98,11 +106,7 @@ async def test_long_poll_fetch_waits_for_min_bytes_then_wakes_on_produce(nursery
     producer = await connect(running.port)
     await producer.send(0, 9, _produce("lp", build_batch([(None, b"first")])), 1)
     await producer.receive()
-    fetch = build(request_class(1, 12), dict(
-        replica_id=-1, max_wait=10_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-        session_epoch=-1, topics=[dict(topic="lp", partitions=[dict(
-            partition=0, current_leader_epoch=-1, fetch_offset=1, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+    fetch = _fetch("lp", offset=1, max_wait_ms=10_000)
     started = trio.current_time()
     await consumer.send(1, 12, fetch, 2)
     await trio.sleep(0.2)
@@ -121,11 +125,7 @@ async def test_fetch_max_wait_expires_with_an_empty_answer(nursery):
     client = await connect(running.port)
     await client.send(0, 9, _produce("mw", build_batch([(None, b"x")])), 1)
     await client.receive()
-    fetch = build(request_class(1, 12), dict(
-        replica_id=-1, max_wait=300, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-        session_epoch=-1, topics=[dict(topic="mw", partitions=[dict(
-            partition=0, current_leader_epoch=-1, fetch_offset=1, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+    fetch = _fetch("mw", offset=1, max_wait_ms=300)
     started = trio.current_time()
     await client.send(1, 12, fetch, 2)
     _, body = decode_response(1, 12, await client.receive())
