@@ -35,7 +35,7 @@ def _drain(consumers, until, timeout=60.0):
 
 def test_three_members_share_six_partitions_each_message_once(groups_gateway):
     gateway = groups_gateway
-    make_topic(gateway, "shared")
+    make_topic(gateway, "shared", messages=600)
     group = f"g-{uuid.uuid4()}"
     consumers = [_consumer(gateway, group) for _ in range(3)]
     started = time.monotonic()
