@@ -63,7 +63,7 @@ class Connection:
                 async with send_slots:
                     with self.reader_scope:
                         await self._read(send_slots, nursery)
-        except trio.BrokenResourceError:
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away
         finally:
             await trio.aclose_forcefully(self.stream)
@@ -77,7 +77,10 @@ class Connection:
                 self._violation(exc)
                 return
             if frame is None:
-                data = await self.stream.receive_some(65536)
+                try:
+                    data = await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return  # the client reset or closed the connection
                 if not data:
                     return
                 self._ack_now()

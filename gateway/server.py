@@ -94,6 +94,8 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         ctx.metrics.connections.inc()
         try:
             await connection.serve()
+        except Exception:  # one connection's failure must never take the gateway down
+            log.exception("connection from %s failed", peer)
         finally:
             connections.discard(connection)
             ctx.metrics.connections.dec()

@@ -163,3 +163,22 @@ async def test_port_in_use_is_a_clear_startup_error(nursery):
 async def test_bad_storage_location_is_a_clear_startup_error():
     with pytest.raises(StartupError, match="cannot open storage"):
         await serve(GatewayConfig(port=0, http_port=-1, storage="ftp://x"), trio.Event())
+
+
+async def test_a_client_resetting_its_connection_does_not_stop_the_server(nursery):
+    import socket as socket_module
+
+    running, shutdown = await _start(nursery)
+    for _ in range(3):
+        client = await connect(running.port)
+        await client.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 1)
+        await client.receive()
+        # SO_LINGER 0: close() sends a TCP reset instead of a FIN.
+        client.stream.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.stream.aclose()
+        _open_clients.remove(client.stream)
+    await trio.sleep(0.1)
+    survivor = await connect(running.port)
+    await survivor.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 7)
+    assert struct.unpack_from(">i", await survivor.receive())[0] == 7
+    shutdown.set()
