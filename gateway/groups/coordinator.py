@@ -221,12 +221,12 @@ class GroupCoordinator:
         old.last_seen = _now()
         log.info("group %s: static member %s rejoined as %s", group.group_id, old.group_instance_id, new_id)
         if group.state == GroupState.STABLE and old.protocols == protocols:
-            if was_leader and supports_skip_assignment:
-                result = self._join_result(group, old, with_members=True)
-                result["skip_assignment"] = True
-                return result
-            if not was_leader:
-                return self._join_result(group, old, with_members=False)
+            # As Kafka does: no rebalance. A returning leader gets the member list (with
+            # skip_assignment from v9, KIP-814); its SyncGroup in the Stable state just
+            # returns the stored assignment, so nothing is reassigned.
+            result = self._join_result(group, old, with_members=was_leader)
+            result["skip_assignment"] = was_leader and supports_skip_assignment
+            return result
         old.protocols = protocols
         if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"static member {old.group_instance_id} rejoined")

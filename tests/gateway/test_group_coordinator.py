@@ -180,3 +180,33 @@ async def test_delete_group_only_when_empty(autojump_clock, coordinator):
     with pytest.raises(KafkaError) as info:
         await coordinator.delete_group("g")
     assert info.value.code == ErrorCode.group_id_not_found
+
+
+async def test_static_members_rejoin_without_rebalance_leader_included(autojump_clock, coordinator, nursery):
+    results = {}
+
+    async def member(instance):
+        results[instance] = await coordinator.join(**_join_args(instance=instance))
+
+    nursery.start_soon(member, "i-1")
+    nursery.start_soon(member, "i-2")
+    await trio.sleep(1)
+    group = coordinator.groups["g"]
+    leader = group.leader_id
+    await coordinator.sync(group_id="g", member_id=leader, generation=group.generation, group_instance_id=None,
+                           protocol_type=None, protocol_name=None,
+                           assignments={m: m.encode() for m in group.members})
+    await trio.sleep(1)
+    assert group.state == GroupState.STABLE
+    generation = group.generation
+    for instance in ("i-1", "i-2"):  # each restarts with a fresh member id, the leader too
+        old_id = group.static[instance]
+        rejoined = await coordinator.join(**_join_args(instance=instance))
+        assert rejoined["error_code"] == ErrorCode.none and rejoined["generation_id"] == generation
+        new_id = rejoined["member_id"]
+        assert new_id != old_id and group.static[instance] == new_id
+        synced = await coordinator.sync(group_id="g", member_id=new_id, generation=generation,
+                                        group_instance_id=instance, protocol_type=None, protocol_name=None,
+                                        assignments={})
+        assert synced["assignment"] == old_id.encode()  # its old assignment, untouched
+    assert group.state == GroupState.STABLE and group.generation == generation
