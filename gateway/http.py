@@ -59,6 +59,8 @@ async def _handle(ctx: GatewayContext, stream: trio.SocketStream) -> None:
                 await _respond(stream, "404 Not Found", "text/plain", b"not found\n")
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+    except Exception:  # a probe must never take the gateway down
+        log.exception("HTTP request failed")
     finally:
         await trio.aclose_forcefully(stream)
 

@@ -216,7 +216,11 @@ class PartitionLog:
             self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
             self._has_pending, self._full = trio.Event(), trio.Event()
             with trio.CancelScope(shield=True):  # a write in progress is finished, not abandoned
-                error, indexes = await self._flush(pending)
+                try:
+                    error, indexes = await self._flush(pending)
+                except Exception as exc:  # a bug must fail these requests, not stop the writer
+                    log.exception("flushing %s-%d failed", self.topic, self.partition)
+                    error, indexes = KafkaError(ErrorCode.unknown_server_error, str(exc)), []
             if error is not None:
                 ticket.finish(error)
                 self.producers.forget({h.producer_id for _, hs in pending for h in hs}

@@ -117,7 +117,10 @@ class GroupCoordinator:
             task_status.started()
             while True:
                 await trio.sleep(0.2)
-                self._expire_sessions()
+                try:
+                    self._expire_sessions()
+                except Exception:
+                    log.exception("expiring sessions failed")
 
     # -- membership -------------------------------------------------------------------------
 
@@ -257,6 +260,12 @@ class GroupCoordinator:
         self._nursery.start_soon(self._complete_join_when_ready, group, initial)
 
     async def _complete_join_when_ready(self, group: Group, initial: bool) -> None:
+        try:
+            await self._wait_and_complete_join(group, initial)
+        except Exception:  # a bug here must cost one rebalance, not the gateway
+            log.exception("group %s: completing the join failed", group.group_id)
+
+    async def _wait_and_complete_join(self, group: Group, initial: bool) -> None:
         generation = group.generation
         if initial and self.settings.initial_rebalance_delay_ms:
             # As Kafka's group.initial.rebalance.delay.ms: give the first members of a new
