@@ -32,9 +32,17 @@ class GatewayConfig:
     cluster_id: str = _opt("kafscale", "cluster id reported in Metadata")
 
     # Storage
-    storage: str = _opt("./data", "where topics live: a directory, file:///path or memory://")
+    storage: str = _opt("./data", "where topics live: a directory, file:///path, s3://bucket/prefix or memory://")
     namespace: str = _opt("kafscale", "first component of every object key")
     fsync: bool = _opt(True, "fsync segment files before acknowledging (filesystem backend)")
+    s3_endpoint: str = _opt("", "S3 endpoint URL for S3-compatible servers (MinIO...); empty: AWS")
+    s3_region: str = _opt("", "S3 region (default: AWS_REGION from the environment)")
+    s3_access_key_id: str = _opt("", "S3 access key (default: AWS_ACCESS_KEY_ID from the environment)")
+    s3_secret_access_key: str = _opt("", "S3 secret key (default: AWS_SECRET_ACCESS_KEY from the environment)")
+    s3_path_style: bool = _opt(False, "path-style S3 requests (MinIO and most self-hosted servers)")
+    s3_allow_http: bool = _opt(False, "allow plain-HTTP S3 endpoints")
+    s3_timeout_ms: int = _opt(30_000, "timeout of one S3 request", minimum=100)
+    s3_retries: int = _opt(5, "retries of a failed S3 request, with exponential backoff", minimum=0)
 
     # Produce path
     linger_ms: int = _opt(0, "extra wait before a flush; requests arriving while a flush is in flight always share the next one", minimum=0)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import trio
 
-from kafscale.storage_backends import StorageError, open_store
+from kafscale.storage_backends import S3Options, StorageError, open_store
 
 from .budget import ByteBudget
 from .config import GatewayConfig
@@ -42,9 +42,15 @@ class Running:
 
 async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     try:
-        backend = open_store(config.storage, fsync=config.fsync)
-    except (ValueError, OSError) as exc:
-        raise StartupError(f"cannot open storage {config.storage!r}: {exc}") from exc
+        backend = open_store(config.storage, fsync=config.fsync, s3=S3Options(
+            endpoint=config.s3_endpoint or None, region=config.s3_region or None,
+            access_key_id=config.s3_access_key_id or None,
+            secret_access_key=config.s3_secret_access_key or None, path_style=config.s3_path_style,
+            allow_http=config.s3_allow_http, timeout_ms=config.s3_timeout_ms, retries=config.s3_retries,
+        ))
+        await trio.to_thread.run_sync(backend.check)
+    except (ValueError, OSError, StorageError) as exc:
+        raise StartupError(f"cannot use storage {config.storage!r}: {exc}") from exc
     store = AsyncStore(backend, config.storage_threads)
     metadata = EmbeddedMetadata(store, config.namespace)
     try:

@@ -3,6 +3,7 @@
 from .base import ObjectExists, ObjectInfo, ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
 from .factory import open_store
 from .obstore_backend import LocalBackend, MemoryBackend, ObstoreBackend
+from .s3 import S3Backend, S3Options
 
 __all__ = [
     "LocalBackend",
@@ -12,6 +13,8 @@ __all__ = [
     "ObjectNotFound",
     "ObjectStore",
     "ObstoreBackend",
+    "S3Backend",
+    "S3Options",
     "StorageError",
     "StorageUnavailable",
     "open_store",

@@ -70,3 +70,6 @@ class ObjectStore(Protocol):
 
     def describe(self) -> str:
         """A short human description (for logs and /readyz)."""
+
+    def check(self) -> None:
+        """Raise :class:`StorageError` with a clear message if the store is unusable."""

@@ -24,6 +24,9 @@ class ObstoreBackend:
     def describe(self) -> str:
         return self._description
 
+    def check(self) -> None:
+        self.list("~probe/")
+
     def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
         self._call(obstore.put, key, data, mode="overwrite")
         if durable:

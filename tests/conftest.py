@@ -10,3 +10,16 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory):
+    """One moto S3 server for the session (each test makes its own bucket)."""
+    from tests.support.s3_server import MotoServer
+
+    server = MotoServer(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()

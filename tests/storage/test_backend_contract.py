@@ -14,10 +14,13 @@ from kafscale.storage_backends import (
 )
 
 
-@pytest.fixture(params=["memory", "local", "local-nofsync"])
+@pytest.fixture(params=["memory", "local", "local-nofsync", "s3-moto"])
 def store(request, tmp_path) -> ObjectStore:
     if request.param == "memory":
         return MemoryBackend()
+    if request.param == "s3-moto":
+        server = request.getfixturevalue("moto_server")
+        return open_store(f"s3://{server.create_bucket()}/some/prefix", s3=server.options())
     return LocalBackend(tmp_path / "data", fsync=request.param == "local")
 
 
@@ -95,3 +98,20 @@ def test_open_store(tmp_path):
     assert open_store(f"file://{tmp_path}/e").describe().endswith("/e")
     with pytest.raises(ValueError, match="unsupported"):
         open_store("ftp://x")
+
+
+def test_missing_bucket_is_a_clear_error(moto_server):
+    from kafscale.storage_backends import StorageError
+
+    store = open_store("s3://no-such-bucket/x", s3=moto_server.options())
+    with pytest.raises(StorageError, match="no-such-bucket.*must exist"):
+        store.check()
+
+
+def test_unreachable_s3_is_a_storage_error_not_a_hang():
+    from kafscale.storage_backends import S3Options, StorageUnavailable
+
+    store = open_store("s3://b/x", s3=S3Options(endpoint="http://127.0.0.1:9", allow_http=True, path_style=True,
+                                               access_key_id="a", secret_access_key="b", timeout_ms=1000, retries=0))
+    with pytest.raises(StorageUnavailable):
+        store.put_if_absent("k", b"v")
