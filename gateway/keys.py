@@ -1,34 +1,14 @@
-"""The object key layout (spec): ``{namespace}/{topic}/{partition}/segment-{base:020d}.kfs``."""
+"""The object key layout, defined with the on-storage formats in :mod:`kafscale.protocol.layout`."""
 
-from __future__ import annotations
+from kafscale.protocol.layout import (  # noqa: F401
+    META_PREFIX,
+    index_key,
+    parse_segment_key,
+    partition_prefix,
+    segment_key,
+    topic_prefix,
+    topics_key,
+)
 
-import re
-
-__all__ = ["segment_key", "index_key", "partition_prefix", "topic_prefix", "parse_segment_key", "META_PREFIX"]
-
-_SEGMENT = re.compile(r"segment-(\d{20})\.kfs$")
-
-# '~' cannot appear in a Kafka topic name, so this prefix never collides with a topic.
-META_PREFIX = "~meta"
-
-
-def topic_prefix(namespace: str, topic: str) -> str:
-    return f"{namespace}/{topic}/"
-
-
-def partition_prefix(namespace: str, topic: str, partition: int) -> str:
-    return f"{namespace}/{topic}/{partition}/"
-
-
-def segment_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
-    return f"{namespace}/{topic}/{partition}/segment-{base_offset:020d}.kfs"
-
-
-def index_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
-    return f"{namespace}/{topic}/{partition}/segment-{base_offset:020d}.index"
-
-
-def parse_segment_key(key: str) -> int | None:
-    """Base offset of a segment key, or ``None`` for any other object."""
-    match = _SEGMENT.search(key)
-    return int(match.group(1)) if match else None
+__all__ = ["META_PREFIX", "index_key", "parse_segment_key", "partition_prefix", "segment_key", "topic_prefix",
+           "topics_key"]

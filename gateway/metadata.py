@@ -18,7 +18,7 @@ import trio
 
 from kafscale.storage_backends import ObjectNotFound
 
-from .keys import META_PREFIX
+from .keys import topics_key
 from .storage import AsyncStore
 
 __all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata"]
@@ -61,7 +61,7 @@ class EmbeddedMetadata:
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
         self._store = store
-        self._key = f"{namespace}/{META_PREFIX}/topics.json"
+        self._key = topics_key(namespace)
         self._topics: dict[str, TopicInfo] = {}
         self._lock = trio.Lock()
         # Producer ids are handed out from blocks whose end is persisted first, so

@@ -1,0 +1,131 @@
+"""The reader's options, with the names and meaning of Spark's Kafka source.
+
+Where Kafka's source takes ``kafka.bootstrap.servers``, ours takes where the data
+is: the ``path`` (``./data``, ``s3://bucket/prefix``) plus storage options.
+Unknown or contradictory options are refused with a message naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+__all__ = ["ReadOptions", "OptionError", "parse_options", "EARLIEST", "LATEST"]
+
+EARLIEST = -2
+LATEST = -1
+
+_KNOWN = {
+    "path", "namespace", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+    "includeheaders", "failondataloss", "s3.endpoint", "s3.region", "s3.accesskeyid", "s3.secretaccesskey",
+    "s3.pathstyle", "s3.allowhttp",
+}
+# Options of Spark's Kafka source that this reader does not implement yet: named, not ignored.
+_NOT_YET = {
+    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+}
+
+
+class OptionError(ValueError):
+    """An option is unknown, malformed or contradicts another."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    namespace: str = "kafscale"
+    subscribe: tuple[str, ...] = ()
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting: int | dict[str, dict[int, int]] = EARLIEST
+    ending: int | dict[str, dict[int, int]] = LATEST
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    s3: dict[str, str] = field(default_factory=dict)
+
+    def topic_matches(self, topic: str) -> bool:
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.subscribe_pattern is not None:
+            return re.fullmatch(self.subscribe_pattern, topic) is not None
+        return topic in (self.assign or {})
+
+
+def _bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise OptionError(f"option {name} must be true or false, got {value!r}")
+
+
+def _offsets(name: str, value: str, *, ending: bool) -> int | dict[str, dict[int, int]]:
+    lowered = value.strip().lower()
+    if lowered == "earliest":
+        if ending:
+            raise OptionError(f"option {name} cannot be 'earliest'")
+        return EARLIEST
+    if lowered == "latest":
+        return LATEST
+    try:
+        document = json.loads(value)
+        parsed = {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in document.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise OptionError(f"option {name} must be earliest, latest or JSON like "
+                          f'{{"topic": {{"0": 23, "1": -2}}}}, got {value!r}') from exc
+    for topic, parts in parsed.items():
+        for partition, offset in parts.items():
+            if offset < -2 or (ending and offset == EARLIEST):
+                raise OptionError(f"option {name}: offset {offset} for {topic}-{partition} is not valid")
+    return parsed
+
+
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    lowered = {key.lower(): value for key, value in options.items()}
+    unknown = sorted(set(lowered) - _KNOWN - _NOT_YET - {"kafka.bootstrap.servers"})
+    if unknown:
+        raise OptionError(f"unknown option(s) {', '.join(unknown)} for format kafscale")
+    not_yet = sorted(set(lowered) & _NOT_YET)
+    if not_yet:
+        raise OptionError(f"option(s) {', '.join(not_yet)} are not supported by format kafscale yet")
+    if "kafka.bootstrap.servers" in lowered:
+        raise OptionError("format kafscale reads storage, not a broker: give the data location as the path "
+                          "(load('./data') or load('s3://bucket/prefix')) instead of kafka.bootstrap.servers")
+    path = lowered.get("path")
+    if not path:
+        raise OptionError("format kafscale needs the data location: load('./data') or option('path', ...)")
+    chosen = [name for name in ("subscribe", "subscribepattern", "assign") if name in lowered]
+    if len(chosen) != 1:
+        raise OptionError("give exactly one of subscribe, subscribePattern, assign"
+                          + (f" (got {', '.join(chosen)})" if chosen else ""))
+    subscribe = tuple(t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip())
+    if "subscribe" in lowered and not subscribe:
+        raise OptionError("option subscribe names no topic")
+    pattern = lowered.get("subscribepattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern is not a valid pattern: {exc}") from exc
+    assign = None
+    if "assign" in lowered:
+        try:
+            assign = {topic: tuple(int(p) for p in parts) for topic, parts in json.loads(lowered["assign"]).items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise OptionError(f'option assign must be JSON like {{"topic": [0, 1]}}, got {lowered["assign"]!r}') from exc
+    s3 = {key[len("s3."):]: value for key, value in lowered.items() if key.startswith("s3.")}
+    return ReadOptions(
+        path=path,
+        namespace=lowered.get("namespace", "kafscale"),
+        subscribe=subscribe,
+        subscribe_pattern=pattern,
+        assign=assign,
+        starting=_offsets("startingOffsets", lowered.get("startingoffsets", "earliest"), ending=False),
+        ending=_offsets("endingOffsets", lowered.get("endingoffsets", "latest"), ending=True),
+        include_headers=_bool("includeHeaders", lowered.get("includeheaders", "false")),
+        fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss", "true")),
+        s3=s3,
+    )

@@ -1,0 +1,136 @@
+"""spark.read.format("kafscale") in a real local Spark session, over topics produced through a
+running gateway by a real client; the DataFrame must equal what a Kafka consumer reads."""
+
+import os
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.gateway_process import GatewayProcess
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors must use this venv
+    session = (SparkSession.builder.master("local[2]").appName("kafscale-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    """One gateway, one topic per codec (3 partitions), keyed messages with headers."""
+    data = tmp_path_factory.mktemp("spark") / "data"
+    gateway = GatewayProcess(data).start()
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    for codec in CODECS:
+        admin.create_topics([NewTopic(f"sp-{codec}", num_partitions=3, replication_factor=1)])[f"sp-{codec}"].result(10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "compression.type": codec, "linger.ms": 5})
+        for i in range(600):
+            producer.produce(f"sp-{codec}", key=None if i % 50 == 0 else f"k{i}".encode(),
+                             value=None if i % 77 == 0 else f"value-{i}".encode() * 3,
+                             headers=[("n", str(i).encode()), ("empty", None)] if i % 2 else None,
+                             timestamp=1_700_000_000_000 + i * 10)
+            if i % 200 == 199:
+                producer.flush(10)  # several segments per partition
+        assert producer.flush(10) == 0
+    yield gateway, data
+    gateway.kill()
+
+
+def _consume(gateway, topic):
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "check", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    rows = []
+    deadline = time.monotonic() + 30
+    while len(rows) < 600 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            headers = [(k, v) for k, v in (message.headers() or [])]
+            rows.append((message.key(), message.value(), message.topic(), message.partition(), message.offset(),
+                         message.timestamp()[1], message.timestamp()[0] - 1, headers))
+    consumer.close()
+    return sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_dataframe_equals_what_a_consumer_reads(spark, produced, codec):
+    gateway, data = produced
+    topic = f"sp-{codec}"
+    df = (spark.read.format("kafscale").option("subscribe", topic).option("includeHeaders", "true").load(str(data)))
+    assert [f.name for f in df.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    rows = [
+        (r.key and bytes(r.key), r.value and bytes(r.value), r.topic, r.partition, r.offset,
+         int(r.timestamp.replace(tzinfo=__import__("datetime").timezone.utc).timestamp() * 1000), r.timestampType,
+         [(h.key, h.value and bytes(h.value)) for h in r.headers])
+        for r in df.orderBy("partition", "offset").collect()
+    ]
+    assert rows == _consume(gateway, topic)
+
+
+def test_offset_ranges_assign_and_pattern(spark, produced):
+    _, data = produced
+    read = lambda **opts: spark.read.format("kafscale").options(**opts).load(str(data))  # noqa: E731
+    ranged = read(subscribe="sp-none", startingOffsets='{"sp-none": {"0": 10, "1": -2}}',
+                  endingOffsets='{"sp-none": {"0": 20, "1": 5, "2": -1}}')
+    counts = {r.partition: (r.c, r.lo, r.hi) for r in ranged.groupBy("partition").agg(
+        __import__("pyspark.sql.functions", fromlist=["count"]).count("*").alias("c"),
+        __import__("pyspark.sql.functions", fromlist=["min"]).min("offset").alias("lo"),
+        __import__("pyspark.sql.functions", fromlist=["max"]).max("offset").alias("hi")).collect()}
+    assert counts[0] == (10, 10, 19) and counts[1] == (5, 0, 4) and counts[2][1] == 0
+    assert read(assign='{"sp-gzip": [1]}').select("partition").distinct().collect() == [pyspark.sql.Row(partition=1)]
+    topics = {r.topic for r in read(subscribePattern="sp-(lz4|zstd)").select("topic").distinct().collect()}
+    assert topics == {"sp-lz4", "sp-zstd"}
+    assert read(subscribe="sp-none", startingOffsets="latest").count() == 0
+
+
+def test_bad_options_name_the_problem(spark, produced):
+    _, data = produced
+    cases = [
+        ({"subscribe": "sp-none", "colour": "blue"}, "unknown option"),
+        ({"subscribe": "sp-none", "assign": '{"sp-none": [0]}'}, "exactly one of"),
+        ({"subscribe": "missing-topic"}, "do not exist"),
+        ({"subscribe": "sp-none", "startingOffsets": "sometime"}, "startingOffsets"),
+        ({"subscribe": "sp-none", "maxOffsetsPerTrigger": "5"}, "not supported"),
+    ]
+    for options, message in cases:
+        with pytest.raises(Exception, match=message):
+            spark.read.format("kafscale").options(**options).load(str(data)).count()
+
+
+def test_corrupt_segment_gives_the_documented_error(spark, tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        producer = Producer({"bootstrap.servers": gateway.bootstrap})
+        for i in range(20):
+            producer.produce("bad", value=b"x" * 50, partition=0)
+        assert producer.flush(10) == 0
+    finally:
+        gateway.stop()
+    (segment,) = sorted((tmp_path / "data" / "kafscale" / "bad" / "0").glob("*.kfs"))
+    raw = bytearray(segment.read_bytes())
+    raw[100] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    with pytest.raises(Exception, match="CorruptSegmentError|is corrupt"):
+        spark.read.format("kafscale").option("subscribe", "bad").load(str(tmp_path / "data")).count()
+
+
+def test_explicit_register_also_works(spark, produced):
+    from kafscale.spark_connector import register
+
+    _, data = produced
+    register(spark)
+    assert spark.read.format("kafscale").option("subscribe", "sp-none").load(str(data)).count() == 600
