@@ -64,6 +64,14 @@ class KafscaleDataSource(DataSource):
     def reader(self, schema) -> DataSourceReader:
         return KafscaleBatchReader(self.parsed)
 
+    def streamReader(self, schema):
+        from .options import OptionError
+        from .streaming import KafscaleStreamReader
+
+        if self.parsed.ending_given:
+            raise OptionError("option endingOffsets is not valid in streaming queries (as in Spark's Kafka source)")
+        return KafscaleStreamReader(self.parsed, open_location)
+
 
 def register(spark) -> None:
     """Register explicitly (Spark also finds it through the top-level pyspark_kafscale module)."""

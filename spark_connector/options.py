@@ -20,13 +20,13 @@ LATEST = -1
 _KNOWN = {
     "path", "namespace", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "includeheaders", "failondataloss", "s3.endpoint", "s3.region", "s3.accesskeyid", "s3.secretaccesskey",
-    "s3.pathstyle", "s3.allowhttp",
+    "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger",
 }
 # Options of Spark's Kafka source that this reader does not implement yet: named, not ignored.
 _NOT_YET = {
     "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
-    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+    "minoffsetspertrigger", "maxtriggerdelay",
 }
 
 
@@ -45,6 +45,8 @@ class ReadOptions:
     ending: int | dict[str, dict[int, int]] = LATEST
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+    ending_given: bool = False
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -117,6 +119,14 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         except (ValueError, AttributeError, TypeError) as exc:
             raise OptionError(f'option assign must be JSON like {{"topic": [0, 1]}}, got {lowered["assign"]!r}') from exc
     s3 = {key[len("s3."):]: value for key, value in lowered.items() if key.startswith("s3.")}
+    max_offsets = None
+    if "maxoffsetspertrigger" in lowered:
+        try:
+            max_offsets = int(lowered["maxoffsetspertrigger"])
+        except ValueError:
+            max_offsets = 0
+        if max_offsets <= 0:
+            raise OptionError(f"option maxOffsetsPerTrigger must be a positive integer, got {lowered['maxoffsetspertrigger']!r}")
     return ReadOptions(
         path=path,
         namespace=lowered.get("namespace", "kafscale"),
@@ -127,5 +137,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         ending=_offsets("endingOffsets", lowered.get("endingoffsets", "latest"), ending=True),
         include_headers=_bool("includeHeaders", lowered.get("includeheaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss", "true")),
+        max_offsets_per_trigger=max_offsets,
+        ending_given="endingoffsets" in lowered,
         s3=s3,
     )

@@ -1,0 +1,123 @@
+"""``spark.readStream.format("kafscale")``: micro-batches over committed offsets.
+
+Offsets are ``{"topic": {"partition": next_offset}}`` (partition numbers as strings,
+as JSON wants), so a query resumes from Spark's checkpoint. New partitions and
+new topics matching the subscription are picked up from their log start.
+``maxOffsetsPerTrigger`` bounds a micro-batch (shared over partitions in
+proportion to their backlog); Trigger.AvailableNow reads up to the offsets that
+existed when the query started, then stops.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from .options import EARLIEST, LATEST, ReadOptions
+from .planning import DataLossError, PartitionRange, _topics, snapshot
+
+__all__ = ["KafscaleStreamReader"]
+
+Offsets = dict[str, dict[str, int]]
+
+
+class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReadOptions, open_location) -> None:
+        self.options = options
+        self._open = open_location
+        self._target: Offsets | None = None
+
+    def _snapshots(self):
+        store = self._open(self.options)
+        topics = _topics(store, self.options.namespace)
+        found = {}
+        for topic in sorted(topics):
+            if not self.options.topic_matches(topic):
+                continue
+            info = topics[topic]
+            partitions = self.options.assign[topic] if self.options.assign is not None else range(int(info["partitions"]))
+            for partition in partitions:
+                log_start = int(info.get("log_start", {}).get(str(partition), 0))
+                found[(topic, partition)] = snapshot(store, self.options.namespace, topic, partition, log_start)
+        return found
+
+    def _latest(self) -> Offsets:
+        latest: Offsets = {}
+        for (topic, partition), snap in self._snapshots().items():
+            latest.setdefault(topic, {})[str(partition)] = snap.high_watermark
+        return latest
+
+    def initialOffset(self) -> Offsets:
+        initial: Offsets = {}
+        for (topic, partition), snap in self._snapshots().items():
+            wanted = self.options.starting
+            if isinstance(wanted, dict):
+                wanted = wanted.get(topic, {}).get(partition, EARLIEST)
+            offset = snap.log_start if wanted == EARLIEST else snap.high_watermark if wanted == LATEST else wanted
+            initial.setdefault(topic, {})[str(partition)] = offset
+        return initial
+
+    def getDefaultReadLimit(self):
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def latestOffset(self, start: Offsets, limit) -> Offsets:
+        latest = self._target if self._target is not None else self._latest()
+        begin = {topic: dict(parts) for topic, parts in (start or {}).items()}
+        backlog = {}
+        for topic, parts in latest.items():
+            for partition, end in parts.items():
+                # A partition not in ``start`` is new: it is read from its beginning.
+                backlog[(topic, partition)] = (begin.get(topic, {}).get(partition, 0), end)
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        total = sum(max(end - first, 0) for first, end in backlog.values())
+        result: Offsets = {}
+        for (topic, partition), (first, end) in sorted(backlog.items()):
+            take = max(end - first, 0)
+            if budget is not None and total > budget:
+                take = take * budget // total  # proportional share, rounding down
+            result.setdefault(topic, {})[partition] = first + take
+        if budget is not None and total > budget and sum(
+                result[t][p] - backlog[(t, p)][0] for t, p in backlog) == 0:
+            # Every share rounded to zero: advance the partition with the largest backlog.
+            (topic, partition), (first, end) = max(backlog.items(), key=lambda item: item[1][1] - item[1][0])
+            result[topic][partition] = first + min(budget, end - first)
+        return result
+
+    def partitions(self, start: Offsets, end: Offsets):
+        from .datasource import KafscaleInputPartition
+
+        snapshots = self._snapshots()
+        ranges = []
+        for topic, parts in end.items():
+            for partition_text, stop in parts.items():
+                partition = int(partition_text)
+                first = (start or {}).get(topic, {}).get(partition_text, 0)
+                snap = snapshots.get((topic, partition))
+                if snap is None or first >= stop:
+                    continue
+                if first < snap.log_start:
+                    if self.options.fail_on_data_loss:
+                        raise DataLossError(
+                            f"{topic}-{partition}: offsets {first}..{snap.log_start - 1} are no longer stored "
+                            f"(log start {snap.log_start}); set failOnDataLoss=false to skip them")
+                    first = snap.log_start
+                spans = tuple(
+                    span for i, span in enumerate(snap.segments)
+                    if span.base_offset < stop
+                    and (i + 1 == len(snap.segments) or snap.segments[i + 1].base_offset > first)
+                )
+                ranges.append(KafscaleInputPartition(PartitionRange(topic, partition, first, stop, spans), self.options))
+        return ranges
+
+    def read(self, partition):
+        from .rows import read_range
+
+        yield from read_range(self._open(partition.options), partition.range, partition.options.include_headers)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to release: segments are immutable and read in place."""
