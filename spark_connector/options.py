@@ -20,13 +20,12 @@ LATEST = -1
 _KNOWN = {
     "path", "namespace", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "includeheaders", "failondataloss", "s3.endpoint", "s3.region", "s3.accesskeyid", "s3.secretaccesskey",
-    "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger",
+    "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
+    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
 }
 # Options of Spark's Kafka source that this reader does not implement yet: named, not ignored.
 _NOT_YET = {
-    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
-    "startingoffsetsbytimestampstrategy", "minpartitions", "maxrecordsperpartition",
-    "minoffsetspertrigger", "maxtriggerdelay",
+    "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay",
 }
 
 
@@ -47,6 +46,11 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     ending_given: bool = False
+    # By timestamp: one timestamp for every partition, or {"topic": {partition: timestamp}}.
+    starting_timestamp: int | dict[str, dict[int, int]] | None = None
+    ending_timestamp: int | dict[str, dict[int, int]] | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -83,6 +87,35 @@ def _offsets(name: str, value: str, *, ending: bool) -> int | dict[str, dict[int
             if offset < -2 or (ending and offset == EARLIEST):
                 raise OptionError(f"option {name}: offset {offset} for {topic}-{partition} is not valid")
     return parsed
+
+
+def _positive(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise OptionError(f"option {name} must be a positive integer, got {value!r}")
+    return number
+
+
+def _timestamps(single: str, by_partition: str, lowered: Mapping[str, str]):
+    if single.lower() in lowered and by_partition.lower() in lowered:
+        raise OptionError(f"give {single} or {by_partition}, not both")
+    if single.lower() in lowered:
+        try:
+            return int(lowered[single.lower()])
+        except ValueError:
+            raise OptionError(f"option {single} must be milliseconds since the epoch") from None
+    if by_partition.lower() in lowered:
+        try:
+            document = json.loads(lowered[by_partition.lower()])
+            return {topic: {int(p): int(t) for p, t in parts.items()} for topic, parts in document.items()}
+        except (ValueError, AttributeError, TypeError):
+            raise OptionError(f'option {by_partition} must be JSON like {{"topic": {{"0": 1700000000000}}}}') from None
+    return None
 
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
@@ -127,6 +160,12 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             max_offsets = 0
         if max_offsets <= 0:
             raise OptionError(f"option maxOffsetsPerTrigger must be a positive integer, got {lowered['maxoffsetspertrigger']!r}")
+    starting_timestamp = _timestamps("startingTimestamp", "startingOffsetsByTimestamp", lowered)
+    ending_timestamp = _timestamps("endingTimestamp", "endingOffsetsByTimestamp", lowered)
+    if starting_timestamp is not None and "startingoffsets" in lowered:
+        raise OptionError("give startingOffsets or a starting timestamp, not both")
+    if ending_timestamp is not None and "endingoffsets" in lowered:
+        raise OptionError("give endingOffsets or an ending timestamp, not both")
     return ReadOptions(
         path=path,
         namespace=lowered.get("namespace", "kafscale"),
@@ -138,6 +177,10 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         include_headers=_bool("includeHeaders", lowered.get("includeheaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss", "true")),
         max_offsets_per_trigger=max_offsets,
-        ending_given="endingoffsets" in lowered,
+        ending_given="endingoffsets" in lowered or ending_timestamp is not None,
+        starting_timestamp=starting_timestamp,
+        ending_timestamp=ending_timestamp,
+        min_partitions=_positive("minPartitions", lowered.get("minpartitions")),
+        max_records_per_partition=_positive("maxRecordsPerPartition", lowered.get("maxrecordsperpartition")),
         s3=s3,
     )

@@ -116,6 +116,18 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
             snap = snapshot(store, options.namespace, topic, partition, log_start)
             start = _resolve(options.starting, topic, partition, snap, "start")
             end = min(_resolve(options.ending, topic, partition, snap, "end"), snap.high_watermark)
+            if options.starting_timestamp is not None:
+                wanted = _timestamp_for(options.starting_timestamp, topic, partition)
+                if wanted is not None:
+                    found = offset_for_timestamp(store, snap, wanted)
+                    if found is None:  # as Spark's Kafka source (strategy "error")
+                        raise OptionError(f"no record in {topic}-{partition} has a timestamp >= {wanted}")
+                    start = found
+            if options.ending_timestamp is not None:
+                wanted = _timestamp_for(options.ending_timestamp, topic, partition)
+                if wanted is not None:
+                    found = offset_for_timestamp(store, snap, wanted)
+                    end = snap.high_watermark if found is None else found
             if start < snap.log_start:
                 if options.fail_on_data_loss:
                     raise DataLossError(
@@ -134,4 +146,62 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
         missing = sorted(set(options.subscribe) - set(topics))
         if missing:
             raise OptionError(f"topic(s) {', '.join(missing)} do not exist in {options.path}")
+    if options.max_records_per_partition or options.min_partitions:
+        ranges = split_ranges(ranges, options.max_records_per_partition, options.min_partitions)
     return ranges
+
+
+def _timestamp_for(wanted, topic: str, partition: int) -> int | None:
+    if isinstance(wanted, int):
+        return wanted
+    return wanted.get(topic, {}).get(partition)
+
+
+def offset_for_timestamp(store: ObjectStore, snap: _Snapshot, timestamp: int) -> int | None:
+    """First offset whose record timestamp is >= ``timestamp`` (as ListOffsets answers),
+    using each segment's index for its max timestamp and decoding one batch only."""
+    from kafscale.protocol.index import SegmentIndex
+    from kafscale.protocol.records import iter_records
+    from kafscale.protocol.segment import read_segment
+
+    for span in snap.segments:
+        index_key = span.key[: -len(".kfs")] + ".index"
+        try:
+            max_timestamp = SegmentIndex.decode(store.get(index_key)).max_timestamp
+        except (ObjectNotFound, SegmentFormatError):
+            max_timestamp = None  # no usable index: look inside the segment
+        if max_timestamp is not None and max_timestamp < timestamp:
+            continue
+        segment = read_segment(store.get(span.key))
+        for batch in segment.batches:
+            if batch.max_timestamp < timestamp or batch.is_control:
+                continue
+            for record in iter_records(segment.data, batch):
+                if record.timestamp >= timestamp and snap.log_start <= record.offset < snap.high_watermark:
+                    return record.offset
+    return None
+
+
+def split_ranges(ranges: list[PartitionRange], max_records: int | None, min_partitions: int | None) -> list[PartitionRange]:
+    """Split topic-partition ranges so each holds at most ``max_records`` records and there are
+    at least ``min_partitions`` of them (Spark's Kafka source options of those names)."""
+    pieces: list[PartitionRange] = []
+    total = sum(r.end - r.start for r in ranges)
+    for part in ranges:
+        size = part.end - part.start
+        count = 1
+        if max_records:
+            count = max(count, -(-size // max_records))
+        if min_partitions and total and len(ranges) < min_partitions:
+            count = max(count, -(-min_partitions * size // total))  # ceiling: at least min_partitions in all
+        count = min(count, size)
+        step = -(-size // count)
+        for first in range(part.start, part.end, step):
+            last = min(first + step, part.end)
+            spans = tuple(
+                span for i, span in enumerate(part.segments)
+                if span.base_offset < last
+                and (i + 1 == len(part.segments) or part.segments[i + 1].base_offset > first)
+            )
+            pieces.append(PartitionRange(part.topic, part.partition, first, last, spans))
+    return pieces

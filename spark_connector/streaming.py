@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
-from .planning import DataLossError, PartitionRange, _topics, snapshot
+from .planning import DataLossError, PartitionRange, _timestamp_for, _topics, offset_for_timestamp, snapshot
 
 __all__ = ["KafscaleStreamReader"]
 
@@ -49,11 +49,17 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> Offsets:
         initial: Offsets = {}
+        store = self._open(self.options)
         for (topic, partition), snap in self._snapshots().items():
             wanted = self.options.starting
             if isinstance(wanted, dict):
                 wanted = wanted.get(topic, {}).get(partition, EARLIEST)
             offset = snap.log_start if wanted == EARLIEST else snap.high_watermark if wanted == LATEST else wanted
+            stamp = _timestamp_for(self.options.starting_timestamp, topic, partition) \
+                if self.options.starting_timestamp is not None else None
+            if stamp is not None:
+                found = offset_for_timestamp(store, snap, stamp)
+                offset = snap.high_watermark if found is None else found
             initial.setdefault(topic, {})[str(partition)] = offset
         return initial
 

@@ -97,6 +97,29 @@ def test_offset_ranges_assign_and_pattern(spark, produced):
     assert read(subscribe="sp-none", startingOffsets="latest").count() == 0
 
 
+def test_timestamps_and_partition_splitting(spark, produced):
+    import datetime
+
+    from pyspark.sql import functions as F
+
+    _, data = produced
+    read = lambda **opts: spark.read.format("kafscale").options(subscribe="sp-zstd", **opts).load(str(data))  # noqa: E731
+    everything = read()
+    key = lambda df: sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())  # noqa: E731
+    start_ms, end_ms = 1_700_000_000_000 + 1505, 1_700_000_000_000 + 4005
+    as_ts = lambda ms: datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)  # noqa: E731
+    assert key(read(startingTimestamp=str(start_ms))) == key(everything.filter(F.col("timestamp") >= as_ts(start_ms)))
+    assert key(read(endingTimestamp=str(end_ms))) == key(everything.filter(F.col("timestamp") < as_ts(end_ms)))
+    by_partition = read(startingOffsetsByTimestamp='{"sp-zstd": {"0": %d}}' % start_ms)
+    assert key(by_partition) == key(everything.filter((F.col("partition") != 0) | (F.col("timestamp") >= as_ts(start_ms))))
+
+    split = read(maxRecordsPerPartition="50")
+    assert split.rdd.getNumPartitions() >= 12 and key(split) == key(everything)
+    assert read(minPartitions="7").rdd.getNumPartitions() >= 7
+    with pytest.raises(Exception, match="no record .* has a timestamp"):
+        read(startingTimestamp=str(1_800_000_000_000)).count()
+
+
 def test_bad_options_name_the_problem(spark, produced):
     _, data = produced
     cases = [
