@@ -22,10 +22,11 @@ _KNOWN = {
     "includeheaders", "failondataloss", "s3.endpoint", "s3.region", "s3.accesskeyid", "s3.secretaccesskey",
     "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
+    "minoffsetspertrigger", "maxtriggerdelay",
 }
 # Options of Spark's Kafka source that this reader does not implement yet: named, not ignored.
 _NOT_YET = {
-    "startingoffsetsbytimestampstrategy", "minoffsetspertrigger", "maxtriggerdelay",
+    "startingoffsetsbytimestampstrategy",
 }
 
 
@@ -51,6 +52,8 @@ class ReadOptions:
     ending_timestamp: int | dict[str, dict[int, int]] | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -87,6 +90,17 @@ def _offsets(name: str, value: str, *, ending: bool) -> int | dict[str, dict[int
             if offset < -2 or (ending and offset == EARLIEST):
                 raise OptionError(f"option {name}: offset {offset} for {topic}-{partition} is not valid")
     return parsed
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def _duration_ms(name: str, value: str) -> int:
+    """Durations as Spark writes them: '15m', '30s', '500ms' (a bare number is ms)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h)?\s*", value)
+    if not match:
+        raise OptionError(f"option {name} must be a duration like 30s or 15m, got {value!r}")
+    return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
 
 
 def _positive(name: str, value: str | None) -> int | None:
@@ -181,6 +195,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         starting_timestamp=starting_timestamp,
         ending_timestamp=ending_timestamp,
         min_partitions=_positive("minPartitions", lowered.get("minpartitions")),
+        min_offsets_per_trigger=_positive("minOffsetsPerTrigger", lowered.get("minoffsetspertrigger")),
+        max_trigger_delay_ms=_duration_ms("maxTriggerDelay", lowered.get("maxtriggerdelay", "15m")),
         max_records_per_partition=_positive("maxRecordsPerPartition", lowered.get("maxrecordsperpartition")),
         s3=s3,
     )

@@ -4,14 +4,17 @@ Offsets are ``{"topic": {"partition": next_offset}}`` (partition numbers as stri
 as JSON wants), so a query resumes from Spark's checkpoint. New partitions and
 new topics matching the subscription are picked up from their log start.
 ``maxOffsetsPerTrigger`` bounds a micro-batch (shared over partitions in
-proportion to their backlog); Trigger.AvailableNow reads up to the offsets that
-existed when the query started, then stops.
+proportion to their backlog); ``minOffsetsPerTrigger`` holds a micro-batch back
+until that many records wait or ``maxTriggerDelay`` passed; Trigger.AvailableNow
+reads up to the offsets that existed when the query started, then stops.
 """
 
 from __future__ import annotations
 
+import time
+
 from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import DataLossError, PartitionRange, _timestamp_for, _topics, offset_for_timestamp, snapshot
@@ -26,6 +29,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._open = open_location
         self._target: Offsets | None = None
+        self._last_trigger = time.monotonic()
 
     def _snapshots(self):
         store = self._open(self.options)
@@ -66,6 +70,8 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def getDefaultReadLimit(self):
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -81,6 +87,12 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 backlog[(topic, partition)] = (begin.get(topic, {}).get(partition, 0), end)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         total = sum(max(end - first, 0) for first, end in backlog.values())
+        minimum = self.options.min_offsets_per_trigger
+        if (minimum and total < minimum and self._target is None and not isinstance(limit, ReadAllAvailable)
+                and (time.monotonic() - self._last_trigger) * 1000 < self.options.max_trigger_delay_ms):
+            return start  # minOffsetsPerTrigger: wait for more, at most maxTriggerDelay
+        if total:
+            self._last_trigger = time.monotonic()
         result: Offsets = {}
         for (topic, partition), (first, end) in sorted(backlog.items()):
             take = max(end - first, 0)
