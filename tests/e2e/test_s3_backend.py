@@ -1,8 +1,6 @@
 """The gateway on a real S3-compatible server (moto): the single-node client tests again,
 a kill -9 mid-produce, and a missing bucket refused at start-up."""
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -53,37 +51,9 @@ def test_produce_every_codec_restart_consume_on_s3(s3_gateway):
 
 
 def test_kill_9_mid_produce_on_s3_loses_nothing_acknowledged(s3_gateway, tmp_path):
-    from tests.e2e.test_durability import PRODUCER, _acked
+    from tests.e2e.test_durability import kill_mid_produce_and_verify
 
-    gateway = s3_gateway
-    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    admin.create_topics([NewTopic("durable", num_partitions=3, replication_factor=1)])["durable"].result(10)
-    acks_file = tmp_path / "acks.jsonl"
-    acks_file.touch()
-    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file)])
-    try:
-        deadline = time.monotonic() + 60
-        while len(_acked(acks_file)) < 5_000 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        gateway.kill()
-    finally:
-        producer.kill()
-        producer.wait()
-    acked = _acked(acks_file)
-    assert len(acked) >= 5_000
-    gateway.start()
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "d", "enable.auto.commit": False})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1] for p in range(3)}
-    consumer.assign([TopicPartition("durable", p, 0) for p in range(3)])
-    stored = {}
-    while len(stored) < sum(ends.values()):
-        message = consumer.poll(10)
-        assert message is not None and not message.error()
-        stored[(message.partition(), message.offset())] = message.value().decode()
-    consumer.close()
-    for partition, offset, value in acked:
-        assert stored.get((partition, offset)) == value
-    assert len(set(stored.values())) == len(stored)
+    kill_mid_produce_and_verify(s3_gateway, tmp_path, 5_000)
 
 
 def test_missing_bucket_stops_the_gateway_with_a_clear_message(tmp_path, moto_server):

@@ -127,7 +127,7 @@ def test_bad_options_name_the_problem(spark, produced):
         ({"subscribe": "sp-none", "assign": '{"sp-none": [0]}'}, "exactly one of"),
         ({"subscribe": "missing-topic"}, "do not exist"),
         ({"subscribe": "sp-none", "startingOffsets": "sometime"}, "startingOffsets"),
-        ({"subscribe": "sp-none", "minOffsetsPerTrigger": "5"}, "not supported"),
+        ({"subscribe": "sp-none", "startingOffsetsByTimestampStrategy": "latest"}, "not supported"),
     ]
     for options, message in cases:
         with pytest.raises(Exception, match=message):
