@@ -356,3 +356,85 @@ def _write_nullable(data: bytes | None, out: bytearray) -> None:
     else:
         write_varint(len(data), out)
         out += data
+
+
+def _zigzag_fast(data: bytes, pos: int) -> tuple[int, int]:
+    """read_varint with the one- and two-byte cases (most record fields) unrolled.
+    Callers turn the IndexError of truncated data into CorruptBatch."""
+    first = data[pos]
+    if first < 0x80:
+        return (first >> 1) ^ -(first & 1), pos + 1
+    second = data[pos + 1]
+    if second < 0x80:
+        value = (first & 0x7F) | (second << 7)
+        return (value >> 1) ^ -(value & 1), pos + 2
+    return read_varint(data, pos)
+
+
+def decode_columns(
+    data: bytes | memoryview,
+    header: BatchHeader,
+    start: int,
+    end: int,
+    columns: tuple[list, list, list, list, list | None],
+) -> None:
+    """Append the records of one batch with ``start <= offset < end`` to column lists
+    ``(offsets, timestamps, keys, values, headers-or-None)``.
+
+    The same decoding as :func:`iter_records`, written for bulk readers (the Spark
+    source): no per-record objects, short varints decoded without the general loop.
+    """
+    begin = header.position + BATCH_HEADER_SIZE
+    payload = data[begin : header.position + header.size]
+    payload = decompress(header.compression, payload) if header.compression else bytes(payload)
+    try:
+        _decode_into(payload, header, start, end, columns)
+    except IndexError:
+        raise CorruptBatch("record runs past the end of the batch") from None
+
+
+def _decode_into(payload: bytes, header: BatchHeader, start: int, end: int, columns) -> None:
+    offsets, timestamps, keys, values, headers = columns
+    varint = _zigzag_fast
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    log_append = header.log_append_time
+    size = len(payload)
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = varint(payload, pos)
+        record_end = pos + length
+        if length < 6 or record_end > size:
+            raise CorruptBatch(f"record length {length} runs past the batch")
+        timestamp_delta, pos = varint(payload, pos + 1)  # skip the attributes byte
+        offset_delta, pos = varint(payload, pos)
+        key_len, pos = varint(payload, pos)
+        if key_len < 0:
+            key = None
+        else:
+            key = payload[pos : pos + key_len]
+            pos += key_len
+        value_len, pos = varint(payload, pos)
+        if value_len < 0:
+            value = None
+        else:
+            value = payload[pos : pos + value_len]
+            pos += value_len
+        header_count, pos = varint(payload, pos)
+        record_headers: tuple[RecordHeader, ...] = ()
+        if header_count:
+            if header_count < 0:
+                raise CorruptBatch("negative header count")
+            record_headers, pos = _decode_headers(payload, pos, header_count, record_end)
+        if pos != record_end:
+            raise CorruptBatch("record fields do not add up to the record length")
+        offset = base_offset + offset_delta
+        if start <= offset < end:
+            offsets.append(offset)
+            timestamps.append(header.max_timestamp if log_append else base_timestamp + timestamp_delta)
+            keys.append(key)
+            values.append(value)
+            if headers is not None:
+                headers.append(record_headers)
+    if pos != size:
+        raise CorruptBatch(f"{size - pos} bytes after the last record of the batch")

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from kafscale.protocol.errors import SegmentFormatError
-from kafscale.protocol.records import iter_records
+from kafscale.protocol.errors import CorruptBatch, SegmentFormatError
+from kafscale.protocol.records import decode_columns
 from kafscale.protocol.segment import read_segment
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
@@ -41,21 +42,30 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 def read_range(store: ObjectStore, part: PartitionRange, include_headers: bool) -> Iterator[pa.RecordBatch]:
     schema = arrow_schema(include_headers)
-    columns: dict[str, list] = {name: [] for name in schema.names}
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list = []
+    values: list = []
+    headers: list | None = [] if include_headers else None
+    columns = (offsets, timestamps, keys, values, headers)
+    timestamp_types: list[pa.Array] = []
 
     def flush() -> pa.RecordBatch:
-        count = len(columns["offset"])
+        count = len(offsets)
+        stamps = pc.multiply(pa.array(timestamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
         arrays = [
-            pa.array(columns["key"], pa.binary()), pa.array(columns["value"], pa.binary()),
-            pa.array([part.topic] * count, pa.string()), pa.array([part.partition] * count, pa.int32()),
-            pa.array(columns["offset"], pa.int64()),
-            pa.array([ms * 1000 for ms in columns["timestamp"]], pa.timestamp("us", tz="UTC")),
-            pa.array(columns["timestampType"], pa.int32()),
+            pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+            pa.array([part.topic] * count, pa.string()),
+            pa.array([part.partition] * count, pa.int32()), pa.array(offsets, pa.int64()), stamps,
+            pa.concat_arrays(timestamp_types) if timestamp_types else pa.array([], pa.int32()),
         ]
-        if include_headers:
-            arrays.append(pa.array(columns["headers"], _HEADER_TYPE))
-        for values in columns.values():
-            values.clear()
+        if headers is not None:
+            arrays.append(pa.array(
+                [[{"key": h.key, "value": h.value} for h in record] for record in headers], _HEADER_TYPE))
+        for column in columns:
+            if column is not None:
+                column.clear()
+        timestamp_types.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     for span in part.segments:
@@ -68,18 +78,15 @@ def read_range(store: ObjectStore, part: PartitionRange, include_headers: bool) 
         for batch in segment.batches:
             if batch.last_offset < part.start or batch.base_offset >= part.end or batch.is_control:
                 continue
-            log_append = 1 if batch.log_append_time else 0
-            for record in iter_records(segment.data, batch):
-                if not part.start <= record.offset < part.end:
-                    continue
-                columns["key"].append(record.key)
-                columns["value"].append(record.value)
-                columns["offset"].append(record.offset)
-                columns["timestamp"].append(record.timestamp)
-                columns["timestampType"].append(log_append)
-                if include_headers:
-                    columns["headers"].append([{"key": h.key, "value": h.value} for h in record.headers])
-                if len(columns["offset"]) >= _ROWS_PER_BATCH:
-                    yield flush()
-    if columns["offset"]:
+            before = len(offsets)
+            try:
+                decode_columns(segment.data, batch, part.start, part.end, columns)
+            except CorruptBatch as exc:
+                raise CorruptSegmentError(f"segment {span.key}: batch at offset {batch.base_offset}: {exc}") from exc
+            added = len(offsets) - before
+            if added:
+                timestamp_types.append(pa.array([1 if batch.log_append_time else 0] * added, pa.int32()))
+            if len(offsets) >= _ROWS_PER_BATCH:
+                yield flush()
+    if offsets:
         yield flush()

@@ -161,3 +161,20 @@ def _forge_compressed(payload: bytes, codec: int, count: int) -> bytes:
 
     after_crc = struct.pack(">hiqqqhii", codec, count - 1, 0, 0, -1, -1, -1, count) + payload
     return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c(after_crc)) + after_crc
+
+
+@given(records=record_lists(), codec=codecs, data=st.data())
+def test_column_decoding_equals_record_iteration(records, codec, data):
+    from kafscale.protocol.records import decode_columns
+
+    batch = build_batch(records, base_offset=records[0].offset, compression=codec)
+    (header,) = split_batches(batch)
+    start = data.draw(st.integers(records[0].offset - 1, records[-1].offset + 1))
+    end = data.draw(st.integers(start, records[-1].offset + 2))
+    columns = ([], [], [], [], [])
+    decode_columns(batch, header, start, end, columns)
+    expected = [r for r in iter_records(batch) if start <= r.offset < end]
+    assert columns == (
+        [r.offset for r in expected], [r.timestamp for r in expected], [r.key for r in expected],
+        [r.value for r in expected], [r.headers for r in expected],
+    )
