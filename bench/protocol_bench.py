@@ -67,8 +67,25 @@ def bench_decode() -> list[list]:
     return rows
 
 
+def bench_columns() -> list[list]:
+    from kafscale.protocol.records import decode_columns, split_batches
+
+    data = _record_set(100, 500, 40)
+    headers = split_batches(data)
+    count = sum(h.records_count for h in headers)
+
+    def run():
+        columns = ([], [], [], [], None)
+        for header in headers:
+            decode_columns(data, header, 0, 1 << 62, columns)
+
+    seconds = _best(run, 3)
+    return [["decode into columns (Spark reader path)", "none", f"{count:,} records",
+             f"{count / seconds / 1e6:.2f} M records/s"]]
+
+
 def run() -> None:
-    rows = bench_validation() + bench_decode()
+    rows = bench_validation() + bench_decode() + bench_columns()
     for row in rows:
         print(" | ".join(row))
     report.save(
