@@ -26,19 +26,21 @@ def test_kafka_python_group_of_three(groups_gateway, assignor):
                                auto_offset_reset="earliest", enable_auto_commit=False,
                                partition_assignment_strategy=[chosen], session_timeout_ms=10000,
                                heartbeat_interval_ms=500) for _ in range(3)]
-    seen = {i: [] for i in range(3)}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(map(len, seen.values())) < 300:
-        for i, consumer in enumerate(consumers):
-            for records in consumer.poll(timeout_ms=100).values():
-                seen[i].extend(int(r.value) for r in records)
-            consumer.commit()
-    assert sorted(v for values in seen.values() for v in values) == list(range(300))
-    assignments = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
-    assert sorted(p for a in assignments for p in a) == list(range(6))
-    assert all(assignments), assignments
-    for consumer in consumers:
-        consumer.close()
+    try:
+        seen = {i: [] for i in range(3)}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(map(len, seen.values())) < 300:
+            for i, consumer in enumerate(consumers):
+                for records in consumer.poll(timeout_ms=100).values():
+                    seen[i].extend(int(r.value) for r in records)
+                consumer.commit()
+        assert sorted(v for values in seen.values() for v in values) == list(range(300))
+        assignments = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+        assert sorted(p for a in assignments for p in a) == list(range(6))
+        assert all(assignments), assignments
+    finally:  # a failed test must not leave client threads running into the next tests
+        for consumer in consumers:
+            consumer.close()
 
 
 def test_aiokafka_group_of_two_commits_and_resumes(groups_gateway):
