@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .config import GatewayConfig
 from .groups import GroupCoordinator
@@ -21,7 +21,7 @@ class GatewayContext:
     config: GatewayConfig
     logs: LogManager
     metrics: Metrics
-    groups: GroupCoordinator = field(default=None)  # type: ignore[assignment]
+    groups: GroupCoordinator
     ready: bool = False
 
     @property

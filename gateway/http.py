@@ -8,7 +8,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .context import GatewayContext
-from .keys import META_PREFIX
+from kafscale.protocol.layout import META_PREFIX
 
 __all__ = ["serve_http"]
 

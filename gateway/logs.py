@@ -12,7 +12,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 
 from .cache import ByteLRU
 from .config import GatewayConfig
-from .keys import topic_prefix
+from kafscale.protocol.layout import topic_prefix
 from .metadata import MetadataStore, TopicInfo
 from .partition_log import LogSettings, PartitionLog
 from .topic_configs import int_config

@@ -18,7 +18,7 @@ import trio
 
 from kafscale.storage_backends import ObjectNotFound
 
-from .keys import topics_key
+from kafscale.protocol.layout import topics_key
 from .storage import AsyncStore
 
 __all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata"]

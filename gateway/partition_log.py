@@ -34,7 +34,7 @@ from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
 
 from .cache import ByteLRU
 from .producers import ProducerStates
-from .keys import index_key, parse_segment_key, partition_prefix, segment_key
+from kafscale.protocol.layout import index_key, parse_segment_key, partition_prefix, segment_key
 from .storage import AsyncStore
 
 __all__ = ["PartitionLog", "FlushTicket", "SegmentRef", "LogSettings"]

@@ -194,59 +194,9 @@ def iter_records(batch: bytes | memoryview, header: BatchHeader | None = None) -
     """
     if header is None:
         header = parse_batch_header(batch, 0)
-    start = header.position + BATCH_HEADER_SIZE
-    end = header.position + header.size
-    payload = batch[start:end]
-    if header.compression:
-        payload = decompress(header.compression, payload)
-    else:
-        payload = bytes(payload)
-    return _decode_records(payload, header)
-
-
-def _decode_records(payload: bytes, header: BatchHeader) -> Iterator[Record]:
-    base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    log_append = header.log_append_time
-    pos = 0
-    size = len(payload)
-    for _ in range(header.records_count):
-        length, pos = read_varint(payload, pos)
-        record_end = pos + length
-        if length < 6 or record_end > size:
-            raise CorruptBatch(f"record length {length} runs past the batch")
-        pos += 1  # attributes, unused in v2
-        timestamp_delta, pos = read_varint(payload, pos)
-        offset_delta, pos = read_varint(payload, pos)
-        key_len, pos = read_varint(payload, pos)
-        if key_len < 0:
-            key = None
-        else:
-            key = payload[pos : pos + key_len]
-            pos += key_len
-        value_len, pos = read_varint(payload, pos)
-        if value_len < 0:
-            value = None
-        else:
-            value = payload[pos : pos + value_len]
-            pos += value_len
-        header_count, pos = read_varint(payload, pos)
-        headers: tuple[RecordHeader, ...] = ()
-        if header_count:
-            if header_count < 0:
-                raise CorruptBatch("negative header count")
-            headers, pos = _decode_headers(payload, pos, header_count, record_end)
-        if pos != record_end:
-            raise CorruptBatch("record fields do not add up to the record length")
-        yield Record(
-            base_offset + offset_delta,
-            header.max_timestamp if log_append else base_timestamp + timestamp_delta,
-            key,
-            value,
-            headers,
-        )
-    if pos != size:
-        raise CorruptBatch(f"{size - pos} bytes after the last record of the batch")
+    columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    decode_columns(batch, header, -(1 << 63), 1 << 63, columns)
+    return map(Record, *columns)
 
 
 def _decode_headers(
@@ -381,8 +331,8 @@ def decode_columns(
     """Append the records of one batch with ``start <= offset < end`` to column lists
     ``(offsets, timestamps, keys, values, headers-or-None)``.
 
-    The same decoding as :func:`iter_records`, written for bulk readers (the Spark
-    source): no per-record objects, short varints decoded without the general loop.
+    The one record decoder (:func:`iter_records` wraps it): no per-record objects for
+    bulk readers such as the Spark source, short varints decoded without the general loop.
     """
     begin = header.position + BATCH_HEADER_SIZE
     payload = data[begin : header.position + header.size]

@@ -91,6 +91,14 @@ def snapshot(store: ObjectStore, namespace: str, topic: str, partition: int, per
     return _Snapshot(min(log_start, high_watermark), high_watermark, spans)
 
 
+def spans_for(segments: tuple[SegmentSpan, ...], start: int, end: int) -> tuple[SegmentSpan, ...]:
+    """The segments holding offsets in ``[start, end)`` (a segment ends where the next begins)."""
+    return tuple(
+        span for i, span in enumerate(segments)
+        if span.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)
+    )
+
+
 def _resolve(wanted: int | dict, topic: str, partition: int, snap: _Snapshot, name: str) -> int:
     offset = wanted if isinstance(wanted, int) else wanted.get(topic, {}).get(partition, LATEST if name == "end" else EARLIEST)
     if offset == EARLIEST:
@@ -136,12 +144,7 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
                 start = snap.log_start
             if start >= end:
                 continue
-            spans = tuple(
-                span for i, span in enumerate(snap.segments)
-                if span.base_offset < end
-                and (i + 1 == len(snap.segments) or snap.segments[i + 1].base_offset > start)
-            )
-            ranges.append(PartitionRange(topic, partition, start, end, spans))
+            ranges.append(PartitionRange(topic, partition, start, end, spans_for(snap.segments, start, end)))
     if options.subscribe:
         missing = sorted(set(options.subscribe) - set(topics))
         if missing:
@@ -198,10 +201,6 @@ def split_ranges(ranges: list[PartitionRange], max_records: int | None, min_part
         step = -(-size // count)
         for first in range(part.start, part.end, step):
             last = min(first + step, part.end)
-            spans = tuple(
-                span for i, span in enumerate(part.segments)
-                if span.base_offset < last
-                and (i + 1 == len(part.segments) or part.segments[i + 1].base_offset > first)
-            )
-            pieces.append(PartitionRange(part.topic, part.partition, first, last, spans))
+            pieces.append(PartitionRange(part.topic, part.partition, first, last,
+                                         spans_for(part.segments, first, last)))
     return pieces

@@ -17,7 +17,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
-from .planning import DataLossError, PartitionRange, _timestamp_for, _topics, offset_for_timestamp, snapshot
+from .planning import DataLossError, PartitionRange, _timestamp_for, _topics, offset_for_timestamp, snapshot, spans_for
 
 __all__ = ["KafscaleStreamReader"]
 
@@ -124,12 +124,8 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             f"{topic}-{partition}: offsets {first}..{snap.log_start - 1} are no longer stored "
                             f"(log start {snap.log_start}); set failOnDataLoss=false to skip them")
                     first = snap.log_start
-                spans = tuple(
-                    span for i, span in enumerate(snap.segments)
-                    if span.base_offset < stop
-                    and (i + 1 == len(snap.segments) or snap.segments[i + 1].base_offset > first)
-                )
-                ranges.append(KafscaleInputPartition(PartitionRange(topic, partition, first, stop, spans), self.options))
+                ranges.append(KafscaleInputPartition(
+                    PartitionRange(topic, partition, first, stop, spans_for(snap.segments, first, stop)), self.options))
         return ranges
 
     def read(self, partition):

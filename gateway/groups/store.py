@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..keys import META_PREFIX
+from kafscale.protocol.layout import META_PREFIX
 from ..storage import AsyncStore
 
 __all__ = ["GroupStore", "StoredGroup", "CommittedOffset"]

@@ -4,7 +4,7 @@ import pytest
 import trio
 
 from kafscale.gateway.cache import ByteLRU
-from kafscale.gateway.keys import segment_key
+from kafscale.protocol.layout import segment_key
 from kafscale.gateway.partition_log import LogSettings, PartitionLog
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol import ErrorCode, KafkaError, build_batch, iter_records
