@@ -44,6 +44,14 @@ class GatewayConfig:
     s3_timeout_ms: int = _opt(30_000, "timeout of one S3 request", minimum=100)
     s3_retries: int = _opt(5, "retries of a failed S3 request, with exponential backoff", minimum=0)
 
+    # Cluster (several gateways sharing one store; see docs/operations.md)
+    etcd_endpoints: str = _opt("", "comma-separated etcd client URLs; empty: embedded metadata, one gateway")
+    etcd_prefix: str = _opt("/kafscale", "etcd key prefix; the cluster id is appended")
+    etcd_timeout_ms: int = _opt(5000, "timeout of one etcd request", minimum=100)
+    lease_ttl_ms: int = _opt(6000, "a gateway's lease: its partitions move this long after it stops", minimum=2000)
+    cluster_refresh_ms: int = _opt(500, "how often a gateway re-reads members, owners and topics", minimum=50)
+    coordinator_slots: int = _opt(16, "group-coordinator slots spread over the gateways (fixed per cluster)", minimum=1)
+
     # Produce path
     linger_ms: int = _opt(0, "extra wait before a flush; requests arriving while a flush is in flight always share the next one", minimum=0)
     flush_bytes: int = _opt(4 * 2**20, "flush a partition as soon as this many bytes wait", minimum=1)
@@ -90,6 +98,8 @@ class GatewayConfig:
                 raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
         if self.segment_bytes < self.max_message_bytes:
             raise ConfigError("segment_bytes must be at least max_message_bytes")
+        if self.etcd_endpoints and self.cluster_refresh_ms * 3 > self.lease_ttl_ms:
+            raise ConfigError("cluster_refresh_ms must be at most a third of lease_ttl_ms")
         if not self.namespace or "/" in self.namespace:
             raise ConfigError("namespace must be a non-empty name without '/'")
         return self

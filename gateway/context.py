@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
+from .cluster.ownership import Ownership
 from .config import GatewayConfig
 from .groups import GroupCoordinator
 from .logs import LogManager
@@ -25,9 +26,12 @@ class GatewayContext:
     ready: bool = False
 
     @property
+    def ownership(self) -> Ownership:
+        return self.logs.ownership
+
+    @property
     def node_id(self) -> int:
         return self.config.node_id
 
     def brokers(self) -> list[dict]:
-        host, port = self.config.advertised
-        return [dict(node_id=self.config.node_id, host=host, port=port, rack=None)]
+        return [dict(node_id=b.node_id, host=b.host, port=b.port, rack=None) for b in self.ownership.brokers()]

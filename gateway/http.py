@@ -18,6 +18,9 @@ log = logging.getLogger("kafscale.http")
 async def _ready(ctx: GatewayContext) -> tuple[bool, str]:
     if not ctx.ready:
         return False, "starting or stopping"
+    lease_valid = getattr(ctx.ownership, "lease_valid", None)
+    if lease_valid is not None and not lease_valid():
+        return False, "no valid etcd lease (etcd unreachable or this gateway was paused)"
     with trio.move_on_after(2) as scope:
         try:
             await ctx.logs.store.list(f"{ctx.config.namespace}/{META_PREFIX}/")

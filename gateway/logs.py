@@ -11,6 +11,7 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
 from .cache import ByteLRU
+from .cluster.ownership import Ownership, SoleGateway
 from .config import GatewayConfig
 from kafscale.protocol.layout import topic_prefix
 from .metadata import MetadataStore, TopicInfo
@@ -31,10 +32,12 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class LogManager:
-    def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore) -> None:
+    def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore,
+                 ownership: Ownership | None = None) -> None:
         self.config = config
         self.store = store
         self.metadata = metadata
+        self.ownership: Ownership = ownership or SoleGateway(config.node_id, *config.advertised)
         self.cache: ByteLRU = ByteLRU(config.cache_bytes)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
@@ -72,6 +75,8 @@ class LogManager:
             retention_ms = int_config(info.configs, "retention.ms")
             retention_bytes = int_config(info.configs, "retention.bytes")
             for partition in range(info.partitions):
+                if not self.ownership.owns(info.name, partition):
+                    continue  # its owner enforces it
                 try:
                     partition_log = await self.get(info.name, partition)
                 except KafkaError:
@@ -134,9 +139,17 @@ class LogManager:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {topic!r}")
         if not 0 <= partition < info.partitions:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic} has no partition {partition}")
+        leader = self.ownership.leader(topic, partition)
+        if leader is None or not self.ownership.owns(topic, partition):
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"this gateway does not lead {topic}-{partition}")
+        epoch = leader[1]
         key = (topic, partition)
         while True:
             existing = self._logs.get(key)
+            if existing is not None and existing.epoch != epoch:
+                # Owned again after another gateway had it: what we hold is stale.
+                await self.release(topic, partition)
+                continue
             if existing is not None:
                 return existing
             loading = self._loading.get(key)
@@ -145,7 +158,8 @@ class LogManager:
             await loading.wait()
         loading = self._loading[key] = trio.Event()
         try:
-            partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache)
+            partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache,
+                                         epoch=epoch, writable=lambda: self.ownership.owns(topic, partition))
             try:
                 await partition_log.recover(info.log_start.get(partition, 0))
             except Exception as exc:
@@ -161,6 +175,15 @@ class LogManager:
 
     def loaded(self) -> list[PartitionLog]:
         return list(self._logs.values())
+
+    async def release(self, topic: str, partition: int) -> None:
+        """Stop serving a partition (another gateway owns it now): what was accepted is
+        flushed if this gateway may still write, failed with NOT_LEADER_OR_FOLLOWER if not."""
+        partition_log = self._logs.pop((topic, partition), None)
+        if partition_log is not None:
+            await partition_log.close()
+            self.cache.discard_prefix(partition_log.prefix)
+            log.info("released %s-%d (epoch %d)", topic, partition, partition_log.epoch)
 
     async def close(self) -> None:
         """Flush every partition's accepted data, then stop the flushers."""

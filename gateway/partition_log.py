@@ -15,6 +15,7 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import trio
 
@@ -81,14 +82,19 @@ class FlushTicket:
 
 class PartitionLog:
     def __init__(
-        self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU
+        self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU,
+        *, epoch: int = 0, writable: Callable[[], bool] = lambda: True,
     ) -> None:
         self.topic = topic
         self.partition = partition
+        # In a cluster: the leader epoch this log was loaded under, and whether this
+        # gateway still owns the partition (asked before every segment write).
+        self.epoch = epoch
+        self._writable = writable
         self._store = store
         self._settings = settings
         self._cache = cache
-        self._prefix = partition_prefix(settings.namespace, topic, partition)
+        self.prefix = partition_prefix(settings.namespace, topic, partition)
         self.segments: list[SegmentRef] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
@@ -114,7 +120,7 @@ class PartitionLog:
 
     async def recover(self, persisted_log_start: int = 0) -> None:
         """Rebuild segments, log start and high watermark from storage."""
-        listed = await self._store.list(self._prefix)
+        listed = await self._store.list(self.prefix)
         found = sorted(
             (base, info.key, info.size)
             for info in listed
@@ -280,6 +286,8 @@ class PartitionLog:
 
     async def _write_segment(self, builder: SegmentBuilder) -> KafkaError | None:
         key = segment_key(self._settings.namespace, self.topic, self.partition, builder.base_offset)
+        if not self._writable():
+            return KafkaError(ErrorCode.not_leader_or_follower, f"this gateway no longer owns {self.topic}-{self.partition}")
         data = builder.seal(int(time.time() * 1000))
         try:
             await self._store.put_if_absent(key, data)

@@ -4,13 +4,16 @@ and a graceful shutdown that flushes and answers what was accepted."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
 from kafscale.storage_backends import S3Options, StorageError, open_store
 
 from .budget import ByteBudget
+from .cluster.etcd import EtcdClient, EtcdError
+from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, cluster_root
+from .cluster.membership import ClusterMember, ClusterStartError
 from .config import GatewayConfig
 from .connection import Connection
 from .context import GatewayContext
@@ -52,36 +55,53 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     except (ValueError, OSError, StorageError) as exc:
         raise StartupError(f"cannot use storage {config.storage!r}: {exc}") from exc
     store = AsyncStore(backend, config.storage_threads)
-    metadata = EmbeddedMetadata(store, config.namespace)
-    try:
-        await metadata.load()
-    except StorageError as exc:
-        raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
-    logs = LogManager(config, store, metadata)
-    metrics = Metrics()
-    groups = GroupCoordinator(GroupStore(store, config.namespace), GroupSettings(
-        config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
-        config.group_initial_rebalance_delay_ms,
-    ), on_rebalance=lambda group_id: metrics.rebalances.inc())
-    try:
-        await groups.load()
-    except StorageError as exc:
-        raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
-    ctx = GatewayContext(config, logs, metrics, groups)
-    budget = ByteBudget(config.max_inflight_bytes)
-    connections: set[Connection] = set()
 
+    # Listen first: the advertised port must be known before joining a cluster.
     try:
         listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     except OSError as exc:
         raise StartupError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
     port = listeners[0].socket.getsockname()[1]
     if not config.advertised_port:
-        from dataclasses import replace
-
         config = replace(config, advertised_port=port)
-        ctx.config = config
-        logs.config = config
+
+    metrics = Metrics()
+    settings = GroupSettings(config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
+                             config.group_initial_rebalance_delay_ms)
+    member: ClusterMember | None = None
+    etcd: EtcdClient | None = None
+    if config.etcd_endpoints:
+        etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()], config.etcd_timeout_ms)
+        root = cluster_root(config.etcd_prefix, config.cluster_id)
+        metadata = EtcdMetadata(etcd, root)
+        member = ClusterMember(config, etcd, metadata, root)
+        groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.coordinator_slots), settings,
+                                  on_rebalance=lambda group_id: metrics.rebalances.inc())
+        groups.use_slots(config.coordinator_slots)
+        logs = LogManager(config, store, metadata, member)
+    else:
+        metadata = EmbeddedMetadata(store, config.namespace)
+        groups = GroupCoordinator(GroupStore(store, config.namespace), settings,
+                                  on_rebalance=lambda group_id: metrics.rebalances.inc())
+        logs = LogManager(config, store, metadata)
+    try:
+        await metadata.load()
+        if member is None:
+            await groups.load()
+    except StorageError as exc:
+        raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
+    except EtcdError as exc:
+        raise StartupError(f"etcd at {config.etcd_endpoints} is unavailable: {exc}") from exc
+    if member is not None:
+        member.logs, member.groups = logs, groups
+        try:
+            await member.join()
+        except ClusterStartError as exc:
+            raise StartupError(str(exc)) from exc
+    ctx = GatewayContext(config, logs, metrics, groups)
+    budget = ByteBudget(config.max_inflight_bytes)
+    connections: set[Connection] = set()
+
     http_listeners = []
     if config.http_port >= 0:
         try:
@@ -109,6 +129,8 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     async with trio.open_nursery() as root:
         await root.start(logs.run)
         await root.start(groups.run)
+        if member is not None:
+            await root.start(member.run)
         if http_listeners:
             root.start_soon(serve_http, ctx, http_listeners)
         async with trio.open_nursery() as clients:
@@ -140,5 +162,9 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             if grace.cancelled_caught:
                 log.warning("shutdown grace period over; closing %d connection(s)", len(connections))
             clients.cancel_scope.cancel()
+        if member is not None:
+            await member.leave()  # hands every partition over at once instead of after the lease
         root.cancel_scope.cancel()
+    if etcd is not None:
+        await etcd.aclose()
     log.info("stopped")

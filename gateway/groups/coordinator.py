@@ -20,7 +20,7 @@ import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-from .store import CommittedOffset, GroupStore, StoredGroup
+from .store import CommittedOffset, GroupStore, StoredGroup, slot_of
 
 __all__ = ["GroupCoordinator", "GroupState", "GroupSettings", "Member", "Group"]
 
@@ -102,13 +102,61 @@ class GroupCoordinator:
         self._on_rebalance = on_rebalance or (lambda group_id: None)
         self.groups: dict[str, Group] = {}
         self._nursery: trio.Nursery | None = None
+        # Which groups this gateway coordinates: all of them alone; in a cluster the
+        # groups of the coordinator slots it owns (``None`` = every slot).
+        self.slots: int = 1
+        self._owned_slots: set[int] | None = None
+        self._loading_slots: set[int] = set()
 
     async def load(self) -> None:
+        """Alone: load every group once at start."""
         for stored in await self._store.load_all():
-            self.groups[stored.group_id] = Group(
-                stored.group_id, generation=stored.generation, protocol_type=stored.protocol_type,
-                offsets=dict(stored.offsets),
-            )
+            self._install(stored)
+
+    def _install(self, stored: StoredGroup) -> None:
+        self.groups[stored.group_id] = Group(
+            stored.group_id, generation=stored.generation, protocol_type=stored.protocol_type,
+            offsets=dict(stored.offsets),
+        )
+
+    def use_slots(self, slots: int) -> None:
+        """Cluster mode: coordinate only the groups of slots adopted with :meth:`adopt_slot`."""
+        self.slots = slots
+        self._owned_slots = set()
+
+    async def adopt_slot(self, slot: int) -> None:
+        """This gateway became the coordinator of ``slot``: load its groups' committed state."""
+        self._loading_slots.add(slot)
+        try:
+            for stored in await self._store.load_slot(slot, self.slots):
+                self._install(stored)
+            self._owned_slots.add(slot)
+        finally:
+            self._loading_slots.discard(slot)
+
+    def drop_slot(self, slot: int) -> None:
+        """Another gateway coordinates ``slot`` now: forget its groups; members waiting on a
+        join or sync are told NOT_COORDINATOR and find the new coordinator."""
+        if self._owned_slots is not None:
+            self._owned_slots.discard(slot)
+        for group in [g for g in self.groups.values() if slot_of(g.group_id, self.slots) == slot]:
+            for member in list(group.members.values()):
+                self._remove(group, member, ErrorCode.not_coordinator)
+            group.state = GroupState.DEAD
+            group.joined_changed.set()
+            del self.groups[group.group_id]
+
+    def owned_slots(self) -> set[int]:
+        return set(range(self.slots)) if self._owned_slots is None else set(self._owned_slots)
+
+    def check_coordinator(self, group_id: str) -> None:
+        if self._owned_slots is None:
+            return
+        slot = slot_of(group_id, self.slots)
+        if slot in self._loading_slots:
+            raise KafkaError(ErrorCode.coordinator_load_in_progress, f"loading groups of slot {slot}")
+        if slot not in self._owned_slots:
+            raise KafkaError(ErrorCode.not_coordinator, f"this gateway does not coordinate {group_id!r}")
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Owns the rebalance timers and expires members whose session ran out."""
@@ -125,6 +173,7 @@ class GroupCoordinator:
     # -- membership -------------------------------------------------------------------------
 
     def _group(self, group_id: str, create: bool = False) -> Group | None:
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             if not create:
@@ -315,16 +364,16 @@ class GroupCoordinator:
             assert member.join_done is not None
             member.join_done.set()
 
-    def _remove(self, group: Group, member: Member) -> None:
+    def _remove(self, group: Group, member: Member, code: ErrorCode = ErrorCode.unknown_member_id) -> None:
         group.members.pop(member.member_id, None)
         if member.group_instance_id is not None and group.static.get(member.group_instance_id) == member.member_id:
             del group.static[member.group_instance_id]
         if member.join_done is not None and not member.join_done.is_set():
-            member.join_result = dict(error_code=ErrorCode.unknown_member_id, generation_id=-1, protocol_type=None,
+            member.join_result = dict(error_code=code, generation_id=-1, protocol_type=None,
                                       protocol_name=None, leader="", member_id=member.member_id, members=[])
             member.join_done.set()
         if member.sync_done is not None and not member.sync_done.is_set():
-            member.sync_result = dict(error_code=ErrorCode.unknown_member_id, assignment=b"")
+            member.sync_result = dict(error_code=code, assignment=b"")
             member.sync_done.set()
 
     def _fail_pending_syncs(self, group: Group, code: ErrorCode) -> None:

@@ -9,12 +9,18 @@ move in Kafka.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 
 from kafscale.protocol.layout import META_PREFIX
 from ..storage import AsyncStore
 
-__all__ = ["GroupStore", "StoredGroup", "CommittedOffset"]
+__all__ = ["GroupStore", "StoredGroup", "CommittedOffset", "slot_of"]
+
+
+def slot_of(group_id: str, slots: int) -> int:
+    """The coordinator slot of a group: its owner gateway coordinates the group."""
+    return zlib.crc32(group_id.encode()) % slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,9 @@ class GroupStore:
             if info.key.endswith(".json"):
                 groups.append(StoredGroup.from_json(await self._store.get(info.key)))
         return groups
+
+    async def load_slot(self, slot: int, slots: int) -> list[StoredGroup]:
+        return [group for group in await self.load_all() if slot_of(group.group_id, slots) == slot]
 
     async def save(self, group: StoredGroup) -> None:
         await self._store.put(self._key(group.group_id), group.to_json())

@@ -1,4 +1,4 @@
-"""FindCoordinator (10): on a single gateway, this gateway coordinates every group.
+"""FindCoordinator (10): the gateway owning the group's coordinator slot (alone: this one).
 
 Key type 1 (transactions) is refused until transactions exist.
 """
@@ -23,8 +23,11 @@ def _entry(ctx, key: str, key_type: int) -> dict:
     if key_type != GROUP:
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
                     error_message="only consumer-group coordinators are available")
-    host, port = ctx.brokers()[0]["host"], ctx.brokers()[0]["port"]
-    return dict(key=key, node_id=ctx.node_id, host=host, port=port, error_code=ErrorCode.none,
+    broker = ctx.ownership.coordinator(key)
+    if broker is None:
+        return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
+                    error_message="the group's coordinator is moving; retry")
+    return dict(key=key, node_id=broker.node_id, host=broker.host, port=broker.port, error_code=ErrorCode.none,
                 error_message=None)
 
 

@@ -21,6 +21,12 @@ def _describe_error(request: Request, code: ErrorCode):
 async def handle_describe_groups(ctx, request: Request):
     described = []
     for group_id in request.body.groups:
+        try:
+            ctx.groups.check_coordinator(group_id)
+        except KafkaError as exc:
+            described.append(dict(error_code=exc.code, group_id=group_id, group_state="", protocol_type="",
+                                  protocol_data="", members=[]))
+            continue
         group = ctx.groups.groups.get(group_id)
         if group is None:
             described.append(dict(error_code=ErrorCode.none, group_id=group_id, group_state=GroupState.DEAD.value,

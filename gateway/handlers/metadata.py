@@ -9,12 +9,18 @@ from kafscale.protocol.messages import Request
 from .base import register, respond
 
 
+def _partition_entry(ctx, topic: str, partition: int) -> dict:
+    leader = ctx.ownership.leader(topic, partition)
+    if leader is None:  # between owners (a gateway left or joined): clients retry
+        return dict(error_code=ErrorCode.leader_not_available, partition_index=partition, leader_id=-1,
+                    leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[])
+    node_id, epoch = leader
+    return dict(error_code=ErrorCode.none, partition_index=partition, leader_id=node_id, leader_epoch=epoch,
+                replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
+
+
 def _topic_entry(ctx, info) -> dict:
-    partitions = [
-        dict(error_code=ErrorCode.none, partition_index=p, leader_id=ctx.node_id, leader_epoch=0,
-             replica_nodes=[ctx.node_id], isr_nodes=[ctx.node_id], offline_replicas=[])
-        for p in range(info.partitions)
-    ]
+    partitions = [_partition_entry(ctx, info.name, p) for p in range(info.partitions)]
     return dict(error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False,
                 partitions=partitions)
 
@@ -25,7 +31,7 @@ def _error_topic(name, topic_id, code: ErrorCode) -> dict:
 
 def _response(ctx, request: Request, topics: list[dict]):
     return respond(request, dict(brokers=ctx.brokers(), cluster_id=ctx.config.cluster_id,
-                                 controller_id=ctx.node_id, topics=topics))
+                                 controller_id=ctx.ownership.controller_id(), topics=topics))
 
 
 def _error(request: Request, code: ErrorCode):

@@ -84,11 +84,15 @@ def _fetch_error(request: Request, code: ErrorCode):
 @register(ApiKey.OFFSET_FETCH, error=_fetch_error)
 async def handle_offset_fetch(ctx, request: Request):
     body = request.body
-    if hasattr(body, "groups"):  # v8+: several groups at once
-        return respond(request, dict(groups=[
-            dict(group_id=g.group_id, topics=_fetch_topics(ctx, g.group_id, g.topics), error_code=ErrorCode.none)
-            for g in body.groups
-        ]))
+    if hasattr(body, "groups"):  # v8+: several groups at once, each with its own error
+        groups = []
+        for g in body.groups:
+            try:
+                groups.append(dict(group_id=g.group_id, topics=_fetch_topics(ctx, g.group_id, g.topics),
+                                   error_code=ErrorCode.none))
+            except KafkaError as exc:
+                groups.append(dict(group_id=g.group_id, topics=[], error_code=exc.code))
+        return respond(request, dict(groups=groups))
     return respond(request, dict(topics=_fetch_topics(ctx, body.group_id, body.topics), error_code=ErrorCode.none))
 
 
@@ -113,6 +117,7 @@ def _delete_error(request: Request, code: ErrorCode):
 @register(ApiKey.OFFSET_DELETE, error=_delete_error)
 async def handle_offset_delete(ctx, request: Request):
     body = request.body
+    ctx.groups.check_coordinator(body.group_id)
     group = ctx.groups.groups.get(body.group_id)
     if group is None or group.state == GroupState.DEAD:
         return _delete_error(request, ErrorCode.group_id_not_found)

@@ -1,0 +1,142 @@
+"""Cluster metadata and group state in etcd, behind the same interfaces as the embedded store.
+
+Keys under ``{etcd_prefix}/{cluster_id}/``:
+
+    topics/{name}                     TopicInfo JSON
+    producer_id_block                 end of the last producer-id block handed out
+    groups/{slot}/{hex(group id)}     StoredGroup JSON (committed offsets, generation)
+
+Every change is a compare-and-swap on the key's mod revision, so gateways
+changing the same topic at once never lose each other's update.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+
+from ..groups.store import StoredGroup, slot_of
+from ..metadata import TopicInfo
+from .etcd import Compare, EtcdClient, KeyValue, put_op, range_op
+
+__all__ = ["EtcdMetadata", "EtcdGroupStore", "cluster_root"]
+
+log = logging.getLogger("kafscale.metadata")
+
+PRODUCER_ID_BLOCK = 1000
+
+
+def cluster_root(prefix: str, cluster_id: str) -> str:
+    return f"{prefix.rstrip('/')}/{cluster_id}/"
+
+
+class EtcdMetadata:
+    """Topics cached in memory, re-read by :meth:`refresh` (the cluster loop calls it)."""
+
+    def __init__(self, etcd: EtcdClient, root: str) -> None:
+        self._etcd = etcd
+        self._topics_prefix = root + "topics/"
+        self._producer_key = root + "producer_id_block"
+        self._topics: dict[str, TopicInfo] = {}
+        self._next_producer_id = 0
+        self._producer_block_end = 0
+
+    async def load(self) -> None:
+        await self.refresh()
+
+    async def refresh(self) -> None:
+        found = await self._etcd.get_prefix(self._topics_prefix)
+        self._topics = {info.name: info for info in map(self._decode, found)}
+
+    def _decode(self, kv: KeyValue) -> TopicInfo:
+        return TopicInfo.from_json(kv.key[len(self._topics_prefix):], json.loads(kv.value))
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        key = self._topics_prefix + name
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        created, responses = await self._etcd.txn(
+            [Compare(key, "CREATE", 0)], [put_op(key, json.dumps(info.to_json()).encode())], [range_op(key)])
+        if not created:  # another gateway created it first: that one is the topic
+            info = self._decode(responses[0][0])
+        else:
+            log.info("created topic %s with %d partition(s)", name, partitions)
+        self._topics = {**self._topics, name: info}
+        return info
+
+    async def update_topic(self, name: str, *, partitions: int | None = None,
+                           configs: dict[str, str] | None = None,
+                           log_start: dict[int, int] | None = None) -> TopicInfo:
+        key = self._topics_prefix + name
+        while True:
+            current = await self._etcd.get(key)
+            if current is None:
+                raise KeyError(name)
+            info = self._decode(current)
+            updated = TopicInfo(
+                name, info.topic_id, info.partitions if partitions is None else partitions,
+                dict(info.configs if configs is None else configs), {**info.log_start, **(log_start or {})},
+            )
+            done, _ = await self._etcd.txn([Compare(key, "MOD", current.mod_revision)],
+                                           [put_op(key, json.dumps(updated.to_json()).encode())])
+            if done:
+                self._topics = {**self._topics, name: updated}
+                return updated
+
+    async def delete_topic(self, name: str) -> TopicInfo | None:
+        current = await self._etcd.get(self._topics_prefix + name)
+        if current is None:
+            return None
+        await self._etcd.delete(current.key)
+        self._topics = {n: i for n, i in self._topics.items() if n != name}
+        log.info("deleted topic %s", name)
+        return self._decode(current)
+
+    async def allocate_producer_id(self) -> int:
+        if self._next_producer_id >= self._producer_block_end:
+            # Claim the next block for this gateway alone (compare-and-swap on its end).
+            while True:
+                current = await self._etcd.get(self._producer_key)
+                start = int(current.value) if current else 0
+                guard = Compare(self._producer_key, "MOD", current.mod_revision) if current \
+                    else Compare(self._producer_key, "CREATE", 0)
+                done, _ = await self._etcd.txn([guard], [put_op(self._producer_key,
+                                                                str(start + PRODUCER_ID_BLOCK).encode())])
+                if done:
+                    self._next_producer_id, self._producer_block_end = start, start + PRODUCER_ID_BLOCK
+                    break
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        if producer_id > 2**63 - 2:
+            raise KafkaError(ErrorCode.unknown_server_error, "producer ids exhausted")
+        return producer_id
+
+
+class EtcdGroupStore:
+    """Committed offsets and generations, one key per group, grouped by coordinator slot."""
+
+    def __init__(self, etcd: EtcdClient, root: str, slots: int) -> None:
+        self._etcd = etcd
+        self._prefix = root + "groups/"
+        self._slots = slots
+
+    def _key(self, group_id: str) -> str:
+        return f"{self._prefix}{slot_of(group_id, self._slots)}/{group_id.encode().hex()}"
+
+    async def load_all(self) -> list[StoredGroup]:
+        return [StoredGroup.from_json(kv.value) for kv in await self._etcd.get_prefix(self._prefix)]
+
+    async def load_slot(self, slot: int, slots: int) -> list[StoredGroup]:
+        assert slots == self._slots, "the slot count is fixed per cluster"
+        return [StoredGroup.from_json(kv.value) for kv in await self._etcd.get_prefix(f"{self._prefix}{slot}/")]
+
+    async def save(self, group: StoredGroup) -> None:
+        await self._etcd.put(self._key(group.group_id), group.to_json())
+
+    async def delete(self, group_id: str) -> None:
+        await self._etcd.delete(self._key(group_id))

@@ -1,0 +1,279 @@
+"""A gateway in a cluster: its lease in etcd, and the partitions and group slots it owns.
+
+etcd keys under the cluster root (all but ``epochs/`` die with the owner's lease):
+
+    brokers/{node id}       {"host", "port"}: a live gateway
+    owners/{topic}/{p}      {"node", "epoch"}: the gateway leading partition p
+    owners/~groups/{slot}   the same for a group-coordinator slot
+    epochs/{topic}/{p}      the last leader epoch handed out (never decreases)
+    coordinator_slots       fixed slot count of the cluster
+
+Every ``cluster_refresh_ms`` each gateway re-reads brokers and owners, computes
+the owner each unit should have (:func:`assign`), gives up what should move
+(flush, then delete its owner key) and claims what is free and meant for it —
+a transaction that creates the owner key under its lease and bumps the epoch.
+
+Safety does not depend on timing: a gateway writes a segment only while its
+lease surely holds (the local deadline runs out before etcd's), and segments
+are created put-if-absent at the next base offset, so a paused gateway waking
+after its partition moved loses the race and fails the write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from kafscale.protocol.errors import KafkaError
+
+from ..config import GatewayConfig
+from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
+from .etcd_metadata import EtcdMetadata
+from .ownership import GROUP_UNIT, Broker, assign, coordinator_unit, group_unit
+
+__all__ = ["ClusterMember", "ClusterStartError"]
+
+log = logging.getLogger("kafscale.cluster")
+
+# How much earlier than etcd we consider our own lease gone (clock rates, request time).
+LEASE_SAFETY_S = 1.0
+
+
+class ClusterStartError(RuntimeError):
+    """The gateway cannot join the cluster; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    node_id: int
+    epoch: int
+    lease: int
+
+
+def _unit_key(unit: tuple[str, int]) -> str:
+    return f"{unit[0]}/{unit[1]}"
+
+
+class ClusterMember:
+    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, root: str) -> None:
+        self.node_id = config.node_id
+        host, port = config.advertised
+        self.me = Broker(config.node_id, host, port)
+        self._etcd = etcd
+        self._metadata = metadata
+        self._root = root
+        self._ttl_s = max(2, -(-config.lease_ttl_ms // 1000))
+        self._refresh_s = config.cluster_refresh_ms / 1000
+        self.slots = config.coordinator_slots
+        self._lease = 0
+        self._lease_deadline = 0.0
+        self._brokers: dict[int, Broker] = {}
+        self._owners: dict[tuple[str, int], Owner] = {}
+        self._wakeup = trio.Event()
+        self.logs = None  # LogManager, attached by the server
+        self.groups = None  # GroupCoordinator, attached by the server
+        self.acquired = 0
+        self.released = 0
+
+    # -- the questions handlers ask (Ownership) ------------------------------------------
+
+    def lease_valid(self) -> bool:
+        return trio.current_time() < self._lease_deadline
+
+    def brokers(self) -> list[Broker]:
+        return [self._brokers[n] for n in sorted(self._brokers)] or [self.me]
+
+    def controller_id(self) -> int:
+        return min(self._brokers, default=self.node_id)
+
+    def leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        owner = self._owners.get((topic, partition))
+        if owner is None or owner.node_id not in self._brokers:
+            return None
+        return owner.node_id, owner.epoch
+
+    def owns(self, topic: str, partition: int) -> bool:
+        owner = self._owners.get((topic, partition))
+        return (owner is not None and owner.node_id == self.node_id and owner.lease == self._lease
+                and self.lease_valid())
+
+    def coordinator(self, group_id: str) -> Broker | None:
+        owner = self._owners.get(coordinator_unit(group_id, self.slots))
+        return None if owner is None else self._brokers.get(owner.node_id)
+
+    # -- joining and leaving -------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Check the cluster's fixed settings, register this gateway and take its share."""
+        try:
+            await self._check_slot_count()
+            await self._register(wait_s=self._ttl_s + 2)
+            await self.reconcile()
+        except EtcdError as exc:
+            raise ClusterStartError(f"etcd at {', '.join(self._etcd.endpoints)}: {exc}") from exc
+
+    async def _check_slot_count(self) -> None:
+        key = self._root + "coordinator_slots"
+        _, responses = await self._etcd.txn([Compare(key, "CREATE", 0)], [put_op(key, str(self.slots).encode())],
+                                            [range_op(key)])
+        if responses and isinstance(responses[0], list) and responses[0]:
+            existing = int(responses[0][0].value)
+            if existing != self.slots:
+                raise ClusterStartError(f"coordinator_slots is {self.slots} but the cluster uses {existing}")
+
+    async def _register(self, wait_s: float) -> None:
+        """A new lease, then this gateway's broker key under it. The node id of a gateway that
+        just died stays taken until its lease runs out: wait that long, then give up."""
+        key = f"{self._root}brokers/{self.node_id}"
+        value = json.dumps({"host": self.me.host, "port": self.me.port}).encode()
+        deadline = trio.current_time() + wait_s
+        while True:
+            sent = trio.current_time()
+            lease = await self._etcd.lease_grant(self._ttl_s)
+            created, responses = await self._etcd.txn([Compare(key, "CREATE", 0)], [put_op(key, value, lease)],
+                                                      [range_op(key)])
+            if created:
+                self._lease, self._lease_deadline = lease, sent + self._ttl_s - LEASE_SAFETY_S
+                log.info("joined the cluster as node %d (%s:%d), lease %x, ttl %d s",
+                         self.node_id, self.me.host, self.me.port, lease, self._ttl_s)
+                return
+            await self._etcd.lease_revoke(lease)
+            holder = responses[0][0].value.decode() if responses and responses[0] else "?"
+            if trio.current_time() > deadline:
+                raise ClusterStartError(f"node id {self.node_id} is taken by a live gateway ({holder})")
+            log.warning("node id %d is still registered (%s); waiting for that lease to end", self.node_id, holder)
+            await trio.sleep(1.0)
+
+    async def leave(self) -> None:
+        """Graceful stop (after the logs were flushed): revoking the lease frees every key at once."""
+        self._lease_deadline = 0.0
+        with trio.move_on_after(3):
+            try:
+                await self._etcd.lease_revoke(self._lease)
+            except EtcdError as exc:
+                log.warning("could not revoke lease (it expires by itself): %s", exc)
+
+    # -- the loops -------------------------------------------------------------------------
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keepalive_loop)
+            task_status.started()
+            await self._reconcile_loop()
+
+    async def _keepalive_loop(self) -> None:
+        failing = False
+        while True:
+            await trio.sleep(self._ttl_s / 3)
+            sent = trio.current_time()
+            try:
+                ttl = await self._etcd.lease_keepalive(self._lease)
+                if ttl <= 0:
+                    log.warning("lease %x is gone (paused or cut off for longer than %d s): "
+                                "everything it owned has moved; joining again", self._lease, self._ttl_s)
+                    self._lease_deadline = 0.0
+                    await self._register(wait_s=self._ttl_s + 2)
+                    self._wakeup.set()
+                else:
+                    self._lease_deadline = sent + ttl - LEASE_SAFETY_S
+                if failing:
+                    log.info("etcd reachable again")
+                failing = False
+            except (EtcdError, ClusterStartError) as exc:
+                if not failing:
+                    log.warning("lease keepalive failed (writes stop in %.1f s unless etcd answers): %s",
+                                max(0.0, self._lease_deadline - trio.current_time()), exc)
+                failing = True
+
+    async def _reconcile_loop(self) -> None:
+        failing = False
+        while True:
+            with trio.move_on_after(self._refresh_s):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            try:
+                await self.reconcile()
+                failing = False
+            except EtcdError as exc:
+                if not failing:
+                    log.warning("cannot read the cluster state from etcd: %s", exc)
+                failing = True
+                await self._sync_local()  # stops what the lease no longer covers
+            except Exception:
+                log.exception("cluster reconcile failed")
+
+    async def reconcile(self) -> None:
+        """One round: read members, owners and topics; give up and claim units; align local state."""
+        brokers = {}
+        for kv in await self._etcd.get_prefix(self._root + "brokers/"):
+            data = json.loads(kv.value)
+            node_id = int(kv.key.rsplit("/", 1)[1])
+            brokers[node_id] = Broker(node_id, data["host"], int(data["port"]))
+        owners_prefix = self._root + "owners/"
+        owners = {}
+        for kv in await self._etcd.get_prefix(owners_prefix):
+            topic, _, partition = kv.key[len(owners_prefix):].rpartition("/")
+            data = json.loads(kv.value)
+            owners[(topic, int(partition))] = Owner(int(data["node"]), int(data["epoch"]), kv.lease)
+        await self._metadata.refresh()
+        self._brokers, self._owners = brokers, owners
+
+        if self.lease_valid() and self.node_id in brokers:
+            live = sorted(brokers)
+            units = {(name, p) for name, info in self._metadata.topics().items() for p in range(info.partitions)}
+            units |= {group_unit(slot) for slot in range(self.slots)}
+            for unit, owner in sorted(owners.items()):
+                if owner.node_id == self.node_id and owner.lease == self._lease:
+                    if unit not in units or assign(unit, live) != self.node_id:
+                        await self._release(unit)
+            for unit in sorted(units):
+                if unit not in owners and assign(unit, live) == self.node_id:
+                    await self._acquire(unit)
+        await self._sync_local()
+
+    async def _release(self, unit: tuple[str, int]) -> None:
+        # Out of the local view first, so no request reloads the log while it closes.
+        del self._owners[unit]
+        await self._sync_local()
+        key = self._root + "owners/" + _unit_key(unit)
+        await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
+        self.released += 1
+        log.info("handed over %s", _unit_key(unit))
+
+    async def _acquire(self, unit: tuple[str, int]) -> None:
+        owner_key = self._root + "owners/" + _unit_key(unit)
+        epoch_key = self._root + "epochs/" + _unit_key(unit)
+        current = await self._etcd.get(epoch_key)
+        epoch = int(current.value) + 1 if current else 0
+        guards = [Compare(owner_key, "CREATE", 0),
+                  Compare(epoch_key, "MOD", current.mod_revision) if current else Compare(epoch_key, "CREATE", 0)]
+        owner = json.dumps({"node": self.node_id, "epoch": epoch}).encode()
+        won, _ = await self._etcd.txn(guards, [put_op(owner_key, owner, self._lease),
+                                               put_op(epoch_key, str(epoch).encode())])
+        if won:
+            self._owners[unit] = Owner(self.node_id, epoch, self._lease)
+            self.acquired += 1
+            log.info("took %s at epoch %d", _unit_key(unit), epoch)
+
+    async def _sync_local(self) -> None:
+        """Close the logs and forget the groups this gateway no longer owns; load groups of
+        slots it now owns (partition logs load on first use)."""
+        if self.logs is not None:
+            for partition_log in self.logs.loaded():
+                if not self.owns(partition_log.topic, partition_log.partition):
+                    await self.logs.release(partition_log.topic, partition_log.partition)
+        if self.groups is not None:
+            held = self.groups.owned_slots()
+            for slot in range(self.slots):
+                owned = self.owns(GROUP_UNIT, slot)
+                if owned and slot not in held:
+                    try:
+                        await self.groups.adopt_slot(slot)
+                    except KafkaError as exc:
+                        log.warning("loading groups of slot %d failed (retried): %s", slot, exc)
+                elif not owned and slot in held:
+                    self.groups.drop_slot(slot)
+

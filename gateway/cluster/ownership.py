@@ -1,0 +1,77 @@
+"""Who serves what: the live gateways, the owner (leader) of each partition and group slot.
+
+A gateway alone owns everything (:class:`SoleGateway`). In a cluster
+(:class:`~.membership.ClusterMember`) ownership comes from etcd; handlers and
+the log manager only ask the questions below.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..groups.store import slot_of
+
+__all__ = ["Broker", "Ownership", "SoleGateway", "GROUP_UNIT", "assign", "group_unit"]
+
+# Units are (topic, partition); group-coordinator slots are units of this pseudo topic
+# ('~' is not legal in topic names, so it cannot collide).
+GROUP_UNIT = "~groups"
+
+
+def group_unit(slot: int) -> tuple[str, int]:
+    return (GROUP_UNIT, slot)
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    node_id: int
+    host: str
+    port: int
+
+
+def assign(unit: tuple[str, int], brokers: list[int]) -> int:
+    """The gateway that should own ``unit``: the partitions of a topic go round-robin
+    over the live gateways (sorted by id), starting at a place set by the topic's
+    name, so every topic is spread evenly and different topics start on different gateways."""
+    topic, partition = unit
+    return brokers[(zlib.crc32(topic.encode()) + partition) % len(brokers)]
+
+
+class Ownership(Protocol):
+    node_id: int
+
+    def brokers(self) -> list[Broker]: ...
+    def controller_id(self) -> int: ...
+    def leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(owner node id, leader epoch), or None while the partition has no owner."""
+    def owns(self, topic: str, partition: int) -> bool: ...
+    def coordinator(self, group_id: str) -> Broker | None: ...
+
+
+class SoleGateway:
+    """One gateway: it leads every partition (epoch 0) and coordinates every group."""
+
+    def __init__(self, node_id: int, host: str, port: int) -> None:
+        self.node_id = node_id
+        self.me = Broker(node_id, host, port)
+
+    def brokers(self) -> list[Broker]:
+        return [self.me]
+
+    def controller_id(self) -> int:
+        return self.node_id
+
+    def leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        return (self.node_id, 0)
+
+    def owns(self, topic: str, partition: int) -> bool:
+        return True
+
+    def coordinator(self, group_id: str) -> Broker | None:
+        return self.me
+
+
+def coordinator_unit(group_id: str, slots: int) -> tuple[str, int]:
+    return group_unit(slot_of(group_id, slots))
