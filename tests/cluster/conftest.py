@@ -1,0 +1,112 @@
+"""Three gateways on loopback sharing one S3 bucket (moto) and one real etcd."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from kafscale.protocol.layout import parse_segment_key
+from kafscale.protocol.segment import (
+    SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, parse_segment_footer, parse_segment_header,
+)
+from kafscale.storage_backends import open_store
+from tests.support.etcd_server import EtcdServer
+from tests.support.gateway_process import GatewayProcess
+
+LEASE_MS = 3000
+
+
+class Cluster:
+    def __init__(self, tmp_path, etcd: EtcdServer, moto_server, size: int = 3) -> None:
+        self.etcd = etcd
+        self.moto = moto_server
+        self.bucket = moto_server.create_bucket()
+        self.tmp_path = tmp_path
+        self.gateways = [self._gateway(i) for i in range(size)]
+
+    def _gateway(self, node_id: int) -> GatewayProcess:
+        gateway = GatewayProcess(
+            self.tmp_path / f"gw{node_id}", "--storage", f"s3://{self.bucket}/c", *self.moto.gateway_args(),
+            "--node-id", str(node_id), "--etcd-endpoints", self.etcd.endpoint,
+            "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
+            "--group-initial-rebalance-delay-ms", "0",
+        )
+        gateway.log_path = self.tmp_path / f"gateway-{node_id}.log"
+        return gateway
+
+    def add(self) -> GatewayProcess:
+        gateway = self._gateway(len(self.gateways))
+        self.gateways.append(gateway)
+        return gateway.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(g.bootstrap for g in self.gateways)
+
+    def live(self) -> list[GatewayProcess]:
+        return [g for g in self.gateways if g.process is not None and g.process.poll() is None]
+
+    def owners(self, topic: str) -> dict[int, tuple[int, int]]:
+        """partition → (node id, epoch), as recorded in etcd."""
+        prefix = f"/kafscale/kafscale/owners/{topic}/"
+        return {int(key[len(prefix):]): (json.loads(v)["node"], json.loads(v)["epoch"])
+                for key, v in self.etcd.get_prefix(prefix).items()}
+
+    def coordinator_of_slot(self, slot: int) -> int | None:
+        found = self.etcd.get_prefix(f"/kafscale/kafscale/owners/~groups/{slot}")
+        return json.loads(next(iter(found.values())))["node"] if found else None
+
+    def wait_owned(self, topic: str, partitions: int, nodes: set[int], timeout: float = 30) -> dict:
+        """Until every partition is owned by one of ``nodes`` (the live gateways)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            owners = self.owners(topic)
+            if len(owners) == partitions and {n for n, _ in owners.values()} <= nodes:
+                return owners
+            time.sleep(0.1)
+        raise AssertionError(f"partitions of {topic} not owned by {nodes}: {self.owners(topic)}")
+
+    def segment_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(base, last) offsets of every segment object of a partition, read from the bucket."""
+        store = open_store(f"s3://{self.bucket}/c", s3=self.moto.options())
+        ranges = []
+        for info in store.list(f"kafscale/{topic}/{partition}/"):
+            if parse_segment_key(info.key) is None:
+                continue
+            header = parse_segment_header(store.get_range(info.key, 0, SEGMENT_HEADER_SIZE))
+            footer = parse_segment_footer(store.get_range(info.key, info.size - SEGMENT_FOOTER_SIZE, info.size))
+            ranges.append((header.base_offset, footer.last_offset))
+        return sorted(ranges)
+
+    def stop(self) -> None:
+        for gateway in self.gateways:
+            gateway.kill()
+
+
+def ready(gateway: GatewayProcess) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/readyz", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    server = EtcdServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path, etcd, moto_server):
+    cluster = Cluster(tmp_path, etcd, moto_server)
+    try:
+        for gateway in cluster.gateways:
+            gateway.start()
+        yield cluster
+    finally:
+        cluster.stop()

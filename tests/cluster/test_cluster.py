@@ -1,0 +1,273 @@
+"""Three gateways, one etcd, one S3 bucket, real clients: ownership, failover and fencing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster.conftest import LEASE_MS, ready
+
+# Produces forever (acks=all) and writes every acknowledged (partition, offset, value).
+PRODUCER = r"""
+import json, sys
+from confluent_kafka import Producer
+bootstrap, topic, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+out = open(out_path, "a", buffering=1)
+def report(err, msg):
+    if err is None:
+        out.write(json.dumps([msg.partition(), msg.offset(), msg.value().decode()]) + "\n")
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                     "message.timeout.ms": 120000, "enable.idempotence": False,
+                     "topic.metadata.refresh.interval.ms": 1000})
+i = 0
+while True:
+    try:
+        producer.produce(topic, key=str(i % 31).encode(), value=f"m-{i}".encode(), on_delivery=report)
+        i += 1
+        if i % 50 == 0:
+            producer.poll(0.005)  # a steady few thousand messages per second
+    except BufferError:
+        producer.poll(0.01)
+"""
+
+
+class BackgroundProducer:
+    def __init__(self, cluster, topic: str, tmp_path) -> None:
+        self.path = tmp_path / f"acks-{topic}.jsonl"
+        self.path.touch()
+        self.process = subprocess.Popen([sys.executable, "-c", PRODUCER, cluster.bootstrap, topic, str(self.path)])
+
+    def acked(self) -> list:
+        with open(self.path) as handle:
+            return [json.loads(line) for line in handle if line.endswith("\n")]
+
+    def wait_for(self, count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.acked()) < count:
+            assert time.monotonic() < deadline, f"only {len(self.acked())} of {count} acks after {timeout}s"
+            assert self.process.poll() is None, "the producer died"
+            time.sleep(0.05)
+
+    def stop(self) -> list:
+        self.process.kill()
+        self.process.wait()
+        return self.acked()
+
+
+def create_topic(cluster, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(15)
+
+
+def read_all(cluster, topic: str, partitions: int) -> dict[tuple[int, int], str]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "verify", "enable.auto.commit": False})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        stored: dict[tuple[int, int], str] = {}
+        deadline = time.monotonic() + 60
+        while len(stored) < sum(ends.values()) and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and not message.error():
+                stored[(message.partition(), message.offset())] = message.value().decode()
+        assert len(stored) == sum(ends.values()), f"read {len(stored)} of {sum(ends.values())}"
+        return stored
+    finally:
+        consumer.close()
+
+
+def verify(cluster, topic: str, partitions: int, acked: list) -> dict:
+    """Every acknowledged message is at its offset; offsets are dense; no two segment
+    objects claim the same offset. Returns counts for the assertion messages."""
+    stored = read_all(cluster, topic, partitions)
+    for partition, offset, value in acked:
+        assert stored.get((partition, offset)) == value, f"acked {value} at {partition}/{offset} is missing"
+    acked_values = {value for _, _, value in acked}
+    assert len(acked_values) == len(acked), "a message was acknowledged twice"
+    for partition in range(partitions):
+        offsets = sorted(o for p, o in stored if p == partition)
+        assert offsets == list(range(len(offsets))), f"partition {partition} has holes"
+        ranges = cluster.segment_ranges(topic, partition)
+        for (base, last), (next_base, _) in zip(ranges, ranges[1:]):
+            assert last < next_base, f"segments of {topic}-{partition} overlap: {ranges}"
+    copies: dict[str, int] = {}
+    for value in stored.values():
+        copies[value] = copies.get(value, 0) + 1
+    return {"stored": len(stored), "acked": len(acked),
+            "duplicated": sum(1 for v, n in copies.items() if n > 1)}
+
+
+def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster, tmp_path):
+    create_topic(cluster, "spread", 6)
+    owners = cluster.wait_owned("spread", 6, {0, 1, 2})
+    per_node = sorted(sum(1 for n, _ in owners.values() if n == node) for node in (0, 1, 2))
+    assert per_node == [2, 2, 2]
+    # Every gateway answers Metadata with the three gateways and the same leaders as etcd.
+    for gateway in cluster.gateways:
+        metadata = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics("spread", timeout=10)
+        assert sorted((b.id, b.port) for b in metadata.brokers.values()) == \
+            sorted((i, g.port) for i, g in enumerate(cluster.gateways))
+        assert {p: m.leader for p, m in metadata.topics["spread"].partitions.items()} == \
+            {p: node for p, (node, _) in owners.items()}
+    producer = Producer({"bootstrap.servers": cluster.gateways[0].bootstrap, "acks": "all", "linger.ms": 5})
+    acked = []
+    for i in range(3000):
+        producer.produce("spread", key=b"%d" % i, value=b"v%d" % i,
+                         on_delivery=lambda err, msg: acked.append((err, msg.partition(), msg.offset())))
+    assert producer.flush(30) == 0
+    assert all(err is None for err, _, _ in acked) and len({p for _, p, _ in acked}) == 6
+    # A consumer group reads everything through whichever gateway coordinates it.
+    consumer = Consumer({"bootstrap.servers": cluster.gateways[2].bootstrap, "group.id": "spread-readers",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["spread"])
+    got = set()
+    deadline = time.monotonic() + 30
+    while len(got) < 3000 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            got.add(message.value())
+    consumer.close()
+    assert len(got) == 3000
+
+
+def test_kill_9_one_gateway_mid_produce_its_partitions_move_and_nothing_acked_is_lost(cluster, tmp_path):
+    create_topic(cluster, "failover", 6)
+    before_kill = cluster.wait_owned("failover", 6, {0, 1, 2})
+    producer = BackgroundProducer(cluster, "failover", tmp_path)
+    try:
+        producer.wait_for(3000)
+        victim = cluster.gateways[1]
+        victim.process.send_signal(signal.SIGKILL)
+        victim.process.wait()
+        killed_at = time.monotonic()
+        owners = cluster.wait_owned("failover", 6, {0, 2}, timeout=LEASE_MS / 1000 + 10)
+        moved_after = time.monotonic() - killed_at
+        before = len(producer.acked())
+        producer.wait_for(before + 3000)  # the client carries on through the other two
+    finally:
+        acked = producer.stop()
+    moved = [p for p, (node, _) in before_kill.items() if node == 1]
+    assert moved and all(owners[p][1] > before_kill[p][1] for p in moved), (before_kill, owners)
+    counts = verify(cluster, "failover", 6, acked)
+    assert counts["duplicated"] <= counts["stored"] // 100, counts
+    print(f"partitions moved {moved_after:.1f} s after kill -9; {counts}")
+
+
+def test_gateway_paused_past_its_lease_is_fenced_and_loses_nothing(cluster, tmp_path):
+    create_topic(cluster, "paused", 6)
+    cluster.wait_owned("paused", 6, {0, 1, 2})
+    producer = BackgroundProducer(cluster, "paused", tmp_path)
+    victim = cluster.gateways[2]
+    try:
+        producer.wait_for(2000)
+        victim.process.send_signal(signal.SIGSTOP)  # mid-produce: its writes are in flight
+        owners = cluster.wait_owned("paused", 6, {0, 1}, timeout=LEASE_MS / 1000 + 10)
+        assert all(node != 2 for node, _ in owners.values())
+        producer.wait_for(len(producer.acked()) + 2000)
+        victim.process.send_signal(signal.SIGCONT)  # wakes up believing it still owns partitions
+        # It notices its lease is gone, joins again and takes back its share.
+        cluster.wait_owned("paused", 6, {0, 1, 2})
+        deadline = time.monotonic() + 30
+        while not any(node == 2 for node, _ in cluster.owners("paused").values()):
+            assert time.monotonic() < deadline, "the resumed gateway never took partitions back"
+            time.sleep(0.2)
+        producer.wait_for(len(producer.acked()) + 2000)
+    finally:
+        victim.process.send_signal(signal.SIGCONT)
+        acked = producer.stop()
+    assert "lease" in victim.logs() and "gone" in victim.logs()
+    counts = verify(cluster, "paused", 6, acked)
+    assert counts["duplicated"] <= counts["stored"] // 100, counts
+
+
+def test_etcd_restart_the_gateways_recover(cluster, tmp_path):
+    create_topic(cluster, "etcd-restart", 3)
+    cluster.wait_owned("etcd-restart", 3, {0, 1, 2})
+    producer = BackgroundProducer(cluster, "etcd-restart", tmp_path)
+    try:
+        producer.wait_for(1000)
+        cluster.etcd.restart(down_s=2.0)
+        producer.wait_for(len(producer.acked()) + 2000, timeout=90)
+        deadline = time.monotonic() + 30
+        while not all(ready(g) for g in cluster.gateways):
+            assert time.monotonic() < deadline, "gateways not ready after etcd came back"
+            time.sleep(0.2)
+    finally:
+        acked = producer.stop()
+    verify(cluster, "etcd-restart", 3, acked)
+
+
+def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path):
+    from kafscale.gateway.groups.store import slot_of
+
+    create_topic(cluster, "grouped", 6)
+    cluster.wait_owned("grouped", 6, {0, 1, 2})
+    group = "survivors"
+    coordinator = cluster.coordinator_of_slot(slot_of(group, 16))
+    assert coordinator is not None
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.produce("grouped", key=b"%d" % i, value=b"%d" % i)
+        assert producer.flush(60) == 0
+
+    produce(0, 2000)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                         "auto.commit.interval.ms": 200, "session.timeout.ms": 6000,
+                         "topic.metadata.refresh.interval.ms": 1000})
+    consumer.subscribe(["grouped"])
+    seen: set[bytes] = set()
+
+    def consume_until(count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(seen) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                seen.add(message.value())
+
+    try:
+        consume_until(2000, 30)
+        assert len(seen) == 2000
+        cluster.gateways[coordinator].kill()
+        survivors = {0, 1, 2} - {coordinator}
+        cluster.wait_owned("grouped", 6, survivors, timeout=LEASE_MS / 1000 + 10)
+        produce(2000, 2000)
+        consume_until(4000, 60)
+        assert len(seen) == 4000, f"consumed {len(seen)} of 4000 after the coordinator died"
+        new_coordinator = cluster.coordinator_of_slot(slot_of(group, 16))
+        assert new_coordinator in survivors
+        # Commits land at the new coordinator: the group's committed offsets reach the end.
+        deadline = time.monotonic() + 30
+        while True:
+            committed = consumer.committed([TopicPartition("grouped", p) for p in range(6)], timeout=10)
+            if sum(max(tp.offset, 0) for tp in committed) == 4000:
+                break
+            assert time.monotonic() < deadline, f"committed {committed}"
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+
+
+def test_a_joining_gateway_takes_its_share_and_clients_follow(cluster, tmp_path):
+    create_topic(cluster, "grow", 8)
+    cluster.wait_owned("grow", 8, {0, 1, 2})
+    producer = BackgroundProducer(cluster, "grow", tmp_path)
+    try:
+        producer.wait_for(1000)
+        cluster.add()
+        deadline = time.monotonic() + 30
+        while sorted(sum(1 for n, _ in cluster.owners("grow").values() if n == node) for node in range(4)) != [2] * 4:
+            assert time.monotonic() < deadline, f"not rebalanced: {cluster.owners('grow')}"
+            time.sleep(0.2)
+        producer.wait_for(len(producer.acked()) + 2000)
+    finally:
+        acked = producer.stop()
+    verify(cluster, "grow", 8, acked)
