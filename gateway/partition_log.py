@@ -300,6 +300,7 @@ class PartitionLog:
             log.warning("writing %s failed: %s", key, exc)
             return KafkaError(ErrorCode.kafka_storage_error, f"object store write failed: {exc}")
         ref = SegmentRef(builder.base_offset, builder.next_offset - 1, key, len(data))
+        log.debug("wrote %s-%d offsets %d..%d", self.topic, self.partition, ref.base_offset, ref.last_offset)
         self.segments.append(ref)
         self._bases.append(ref.base_offset)
         self._cache.put(key, Segment(

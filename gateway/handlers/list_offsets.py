@@ -41,9 +41,9 @@ async def handle_list_offsets(ctx, request: Request):
 
 async def _lookup(partition_log, index: int, timestamp: int) -> dict:
     if timestamp == LATEST:
-        return _partition(index, ErrorCode.none, partition_log.high_watermark, -1, 0)
+        return _partition(index, ErrorCode.none, partition_log.high_watermark, -1, partition_log.epoch)
     if timestamp == EARLIEST:
-        return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, 0)
+        return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, partition_log.epoch)
     if timestamp == MAX_TIMESTAMP:
         found = await partition_log.max_timestamp_offset()
     elif timestamp < 0:
@@ -51,6 +51,6 @@ async def _lookup(partition_log, index: int, timestamp: int) -> dict:
     else:
         found = await partition_log.offset_for_timestamp(timestamp)
     if found is None:
-        return _partition(index, ErrorCode.none, -1, -1, 0)  # no such record: Kafka's -1
+        return _partition(index, ErrorCode.none, -1, -1, partition_log.epoch)  # no such record: Kafka's -1
     offset, stamp = found
-    return _partition(index, ErrorCode.none, offset, stamp, 0)
+    return _partition(index, ErrorCode.none, offset, stamp, partition_log.epoch)

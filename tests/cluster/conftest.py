@@ -32,7 +32,7 @@ class Cluster:
             self.tmp_path / f"gw{node_id}", "--storage", f"s3://{self.bucket}/c", *self.moto.gateway_args(),
             "--node-id", str(node_id), "--etcd-endpoints", self.etcd.endpoint,
             "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
-            "--group-initial-rebalance-delay-ms", "0",
+            "--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG",
         )
         gateway.log_path = self.tmp_path / f"gateway-{node_id}.log"
         return gateway
@@ -55,9 +55,16 @@ class Cluster:
         return {int(key[len(prefix):]): (json.loads(v)["node"], json.loads(v)["epoch"])
                 for key, v in self.etcd.get_prefix(prefix).items()}
 
-    def coordinator_of_slot(self, slot: int) -> int | None:
-        found = self.etcd.get_prefix(f"/kafscale/kafscale/owners/~groups/{slot}")
-        return json.loads(next(iter(found.values())))["node"] if found else None
+    def coordinator_of_slot(self, slot: int, nodes: set[int], timeout: float = 30) -> int:
+        """The node owning a group-coordinator slot, once one of ``nodes`` owns it."""
+        key = f"/kafscale/kafscale/owners/~groups/{slot}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.etcd.get_prefix(key).get(key)
+            if found is not None and json.loads(found)["node"] in nodes:
+                return json.loads(found)["node"]
+            time.sleep(0.1)
+        raise AssertionError(f"slot {slot} has no owner among {nodes}")
 
     def wait_owned(self, topic: str, partitions: int, nodes: set[int], timeout: float = 30) -> dict:
         """Until every partition is owned by one of ``nodes`` (the live gateways)."""
