@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from . import broker_bench, group_bench, protocol_bench, report, spark_bench
+from . import broker_bench, cluster_bench, group_bench, protocol_bench, report, spark_bench
 
 SECTIONS = {
     "protocol": protocol_bench.run,
     "broker": broker_bench.run,
     "groups": group_bench.run,
     "spark": spark_bench.run,
+    "cluster": cluster_bench.run,
 }
 
 

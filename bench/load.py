@@ -1,7 +1,7 @@
 """Client-side load for the broker benchmarks (run as its own process so the client
 never shares a GIL with the broker under test). Prints one JSON line.
 
-    python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE
+    python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE [PARTITIONS]
     python -m bench.load consume BOOTSTRAP TOPIC COUNT PARTITIONS
     python -m bench.load latency BOOTSTRAP TOPIC RATE SECONDS
 """
@@ -25,8 +25,8 @@ def create(bootstrap: str, topic: str, partitions: int) -> None:
             raise
 
 
-def produce(bootstrap: str, topic: str, count: int, size: int) -> dict:
-    create(bootstrap, topic, 3)
+def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int = 3) -> dict:
+    create(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
                          "queue.buffering.max.kbytes": 1_048_576})
@@ -97,7 +97,7 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
 def main(argv: list[str]) -> None:
     mode, bootstrap, topic, *rest = argv
     if mode == "produce":
-        result = produce(bootstrap, topic, int(rest[0]), int(rest[1]))
+        result = produce(bootstrap, topic, *map(int, rest))
     elif mode == "consume":
         result = consume(bootstrap, topic, int(rest[0]), int(rest[1]))
     elif mode == "latency":

@@ -1,0 +1,158 @@
+"""Object storage and cluster benchmarks: one gateway and three gateways (etcd) on an
+S3-compatible server (moto), beside Tansu on the same server.
+
+Measured per setup: produce and consume throughput, produce-ack latency p50/p99,
+object PUTs per GiB written (objects in the bucket after the produce runs, per GiB
+of payload) and, for the cluster, etcd writes (raft proposals) per second under load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from . import report
+from .broker_bench import ROOT, Broker, _free_port, _load, tansu_binary
+
+sys.path.insert(0, str(ROOT))
+from tests.support.etcd_server import EtcdServer  # noqa: E402
+from tests.support.s3_server import MotoServer  # noqa: E402
+
+from kafscale.storage_backends import open_store  # noqa: E402
+
+RUNS = [("100 B", 100, 200_000), ("1 KiB", 1024, 100_000)]
+PARTITIONS = 6
+
+
+def _etcd_proposals(etcd: EtcdServer | None) -> float:
+    if etcd is None:
+        return 0.0
+    text = urllib.request.urlopen(etcd.endpoint + "/metrics", timeout=5).read().decode()
+    match = re.search(r"^etcd_server_proposals_committed_total (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def _objects(moto: MotoServer, bucket: str) -> int:
+    return sum(1 for _ in open_store(f"s3://{bucket}", s3=moto.options()).list(""))
+
+
+class Gateways:
+    """``count`` Kafscale gateways on one bucket (with etcd when more than one)."""
+
+    def __init__(self, workdir: Path, moto: MotoServer, bucket: str, count: int, etcd: EtcdServer | None) -> None:
+        self.brokers = []
+        for node in range(count):
+            port, http_port = _free_port(), _free_port()
+            command = [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port), "--http-port",
+                       str(http_port), "--storage", f"s3://{bucket}/k", *moto.gateway_args(),
+                       "--node-id", str(node), "--log-level", "WARNING"]
+            if etcd is not None:
+                command += ["--etcd-endpoints", etcd.endpoint]
+            self.brokers.append(Broker(f"kafscale-{node}", command, port, workdir, http_port))
+
+    def __enter__(self) -> Gateways:
+        for broker in self.brokers:
+            broker.__enter__()
+        time.sleep(2)  # let ownership settle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for broker in self.brokers:
+            broker.__exit__(*exc)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+
+def _tansu(workdir: Path, moto: MotoServer, bucket: str):
+    binary = tansu_binary()
+    if binary is None:
+        return None
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    os.environ.update({"AWS_ENDPOINT": moto.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "test",
+                       "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"})
+    return Broker("tansu", [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                            "--storage-engine", f"s3://{bucket}/"], port, workdir)
+
+
+def measure(name: str, target, moto: MotoServer, bucket: str, etcd: EtcdServer | None) -> list[list]:
+    rows = []
+    bootstrap = target.bootstrap
+    latency = _load("latency", bootstrap, "bench-latency", 500, 10)
+    rows.append([name, "500 msgs/s, acks=all", "", "", f"{latency['p50_ms']:.1f} ms", f"{latency['p99_ms']:.1f} ms",
+                 "", ""])
+    for label, size, count in RUNS:
+        topic = f"bench-{size}"
+        objects_before, proposals_before = _objects(moto, bucket), _etcd_proposals(etcd)
+        produced = _load("produce", bootstrap, topic, count, size, PARTITIONS)
+        proposals = _etcd_proposals(etcd) - proposals_before
+        time.sleep(1)  # index objects are written just after the acknowledgements
+        objects = _objects(moto, bucket) - objects_before
+        gib = produced["bytes"] / 2**30
+        consumed = _load("consume", bootstrap, topic, count, PARTITIONS)
+        row = [name, f"{label} x {count:,}",
+               f"{produced['messages'] / produced['seconds']:,.0f} msgs/s ({produced['bytes'] / produced['seconds'] / 1e6:.1f} MB/s)"
+               + (f", {produced['errors']} errors" if produced["errors"] else ""),
+               f"{consumed['messages'] / consumed['seconds']:,.0f} msgs/s ({consumed['messages']:,}/{count:,})",
+               "", "", f"{objects / gib:,.0f} ({objects} objects)",
+               f"{proposals / produced['seconds']:.1f}" if etcd is not None else ""]
+        print(" | ".join(row))
+        rows.append(row)
+    return rows
+
+
+def run() -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        moto = MotoServer(workdir)
+        try:
+            for name, count in [("kafscale, 1 gateway", 1), ("kafscale, 3 gateways + etcd", 3)]:
+                bucket = moto.create_bucket()
+                etcd = EtcdServer(workdir / f"etcd-{count}") if count > 1 else None
+                if etcd is not None:
+                    (workdir / f"etcd-{count}").mkdir()
+                    etcd.start()
+                try:
+                    with Gateways(workdir, moto, bucket, count, etcd) as gateways:
+                        print(f"== {name}")
+                        rows += measure(name, gateways, moto, bucket, etcd)
+                finally:
+                    if etcd is not None:
+                        etcd.stop()
+            bucket = moto.create_bucket()
+            tansu = _tansu(workdir, moto, bucket)
+            if tansu is not None:
+                try:
+                    with tansu:
+                        print("== tansu (S3)")
+                        rows += measure("tansu 0.6, S3", tansu, moto, bucket, None)
+                except (RuntimeError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
+                    print(f"tansu on S3 failed: {exc}")
+                    rows.append(["tansu 0.6, S3", "did not run", str(exc)[:120], "", "", "", "", ""])
+        finally:
+            moto.stop()
+    report.save(
+        "50-cluster",
+        "Object storage and cluster: S3 (moto) throughput, ack latency, PUTs per GiB, etcd writes",
+        "python -m bench cluster",
+        f"moto 5 S3 server on loopback (every request is real HTTP + SigV4; moto keeps objects in memory, so "
+        f"these figures show the gateway's own cost, not a real S3's latency). Topics of {PARTITIONS} partitions; "
+        "confluent-kafka in a separate process, acks=all, linger.ms=5, uncompressed; consume from offset 0. "
+        "Gateways run the default flush policy (linger 0: a flush starts as soon as the previous one ends, "
+        "4 MiB flush_bytes, one segment + one index object per flush per partition). "
+        "PUTs/GiB = objects created in the bucket during the produce run per GiB of payload. "
+        "etcd writes/s = raft proposals committed during the produce run (lease keepalives are not proposals). "
+        "The three gateways and the client share the same 2 cores.",
+        ["setup", "load", "produce", "consume", "ack p50", "ack p99", "PUTs per GiB", "etcd writes/s"],
+        rows,
+    )
