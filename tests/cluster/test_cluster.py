@@ -121,13 +121,20 @@ def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster
     owners = cluster.wait_owned("spread", 6, {0, 1, 2})
     per_node = sorted(sum(1 for n, _ in owners.values() if n == node) for node in (0, 1, 2))
     assert per_node == [2, 2, 2]
-    # Every gateway answers Metadata with the three gateways and the same leaders as etcd.
+    # Every gateway answers Metadata with the three gateways and, once its view is
+    # refreshed (cluster_refresh_ms), the same leaders as etcd.
     for gateway in cluster.gateways:
-        metadata = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics("spread", timeout=10)
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        deadline = time.monotonic() + 5
+        while True:
+            metadata = admin.list_topics("spread", timeout=10)
+            leaders = {p: m.leader for p, m in metadata.topics["spread"].partitions.items()}
+            if leaders == {p: node for p, (node, _) in owners.items()}:
+                break
+            assert time.monotonic() < deadline, f"{gateway.bootstrap} reports leaders {leaders}, etcd {owners}"
+            time.sleep(0.1)
         assert sorted((b.id, b.port) for b in metadata.brokers.values()) == \
             sorted((i, g.port) for i, g in enumerate(cluster.gateways))
-        assert {p: m.leader for p, m in metadata.topics["spread"].partitions.items()} == \
-            {p: node for p, (node, _) in owners.items()}
     producer = Producer({"bootstrap.servers": cluster.gateways[0].bootstrap, "acks": "all", "linger.ms": 5})
     acked = []
     for i in range(3000):
