@@ -1,6 +1,7 @@
 """Client-side load for the broker benchmarks (run as its own process so the client
 never shares a GIL with the broker under test). Prints one JSON line.
 
+    python -m bench.load create BOOTSTRAP TOPIC PARTITIONS
     python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE [PARTITIONS]
     python -m bench.load consume BOOTSTRAP TOPIC COUNT PARTITIONS
     python -m bench.load latency BOOTSTRAP TOPIC RATE SECONDS
@@ -96,7 +97,10 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
 
 def main(argv: list[str]) -> None:
     mode, bootstrap, topic, *rest = argv
-    if mode == "produce":
+    if mode == "create":
+        create(bootstrap, topic, int(rest[0]))
+        result = {"created": topic}
+    elif mode == "produce":
         result = produce(bootstrap, topic, *map(int, rest))
     elif mode == "consume":
         result = consume(bootstrap, topic, int(rest[0]), int(rest[1]))

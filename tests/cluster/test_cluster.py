@@ -135,6 +135,12 @@ def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster
             time.sleep(0.1)
         assert sorted((b.id, b.port) for b in metadata.brokers.values()) == \
             sorted((i, g.port) for i, g in enumerate(cluster.gateways))
+    # kcat (librdkafka's C CLI) sees the same cluster.
+    listing = json.loads(subprocess.run(["kcat", "-L", "-J", "-b", cluster.gateways[1].bootstrap, "-t", "spread"],
+                                        capture_output=True, text=True, timeout=30, check=True).stdout)
+    assert sorted(b["id"] for b in listing["brokers"]) == [0, 1, 2]
+    assert {p["partition"]: p["leader"] for p in listing["topics"][0]["partitions"]} == \
+        {p: node for p, (node, _) in owners.items()}
     producer = Producer({"bootstrap.servers": cluster.gateways[0].bootstrap, "acks": "all", "linger.ms": 5})
     acked = []
     for i in range(3000):
