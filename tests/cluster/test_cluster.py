@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.conftest import LEASE_MS, ready
@@ -65,6 +65,21 @@ def create_topic(cluster, name: str, partitions: int) -> None:
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(15)
 
 
+def _high_watermark(consumer, topic: str, partition: int) -> int:
+    """ListOffsets(latest), retried while a partition moves (NOT_LEADER_OR_FOLLOWER is retriable:
+    librdkafka does not retry this call by itself)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)[1]
+        except KafkaException as exc:
+            moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT)
+            if exc.args[0].code() not in moving or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def read_all(cluster, topic: str, partitions: int) -> dict[tuple[int, int], str]:
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "verify", "enable.auto.commit": False})
     try:
@@ -72,8 +87,7 @@ def read_all(cluster, topic: str, partitions: int) -> dict[tuple[int, int], str]
         # until the high watermarks stop moving.
         ends: dict[int, int] = {}
         while True:
-            latest = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-                      for p in range(partitions)}
+            latest = {p: _high_watermark(consumer, topic, p) for p in range(partitions)}
             if latest == ends:
                 break
             ends = latest
