@@ -57,6 +57,8 @@ class GatewayConfig:
     flush_bytes: int = _opt(4 * 2**20, "flush a partition as soon as this many bytes wait", minimum=1)
     segment_bytes: int = _opt(64 * 2**20, "largest segment object; a bigger flush is split", minimum=1024)
     index_interval: int = _opt(1000, "records between sparse index entries", minimum=1)
+    producer_scan_bytes: int = _opt(
+        8 * 2**20, "newest segment bytes read when a partition loads, to rebuild idempotent-producer state", minimum=0)
     max_message_bytes: int = _opt(1048588, "largest record batch accepted (Kafka's message.max.bytes)", minimum=1)
 
     # Topics

@@ -59,7 +59,7 @@ class LogManager:
         segment_bytes = int_config(info.configs, "segment.bytes") if "segment.bytes" in info.configs \
             else self.config.segment_bytes
         return LogSettings(self.config.namespace, self.config.linger_ms, self.config.flush_bytes,
-                           segment_bytes, self.config.index_interval)
+                           segment_bytes, self.config.index_interval, self.config.producer_scan_bytes)
 
     def max_message_bytes(self, topic: str) -> int:
         info = self.topics().get(topic)

@@ -50,6 +50,8 @@ class LogSettings:
     flush_bytes: int
     segment_bytes: int
     index_interval: int
+    # Bytes of the newest segments read at recovery to rebuild idempotent-producer state.
+    producer_scan_bytes: int = 8 * 2**20
 
 
 @dataclass(slots=True)
@@ -149,6 +151,31 @@ class PartitionLog:
             self.high_watermark = segments[-1].last_offset + 1
         self.log_start_offset = min(max(self.log_start_offset, persisted_log_start), self.high_watermark)
         self._next_offset = self.high_watermark
+        await self._rebuild_producer_states()
+
+    async def _rebuild_producer_states(self) -> None:
+        """Idempotent producers' recent sequences, from the batches of the newest segments:
+        a batch retried after a restart or an ownership move is then recognised as a
+        duplicate and answered with its stored offset instead of being written again."""
+        newest: list[SegmentRef] = []
+        scanned = 0
+        for ref in reversed(self.segments):
+            if scanned >= self._settings.producer_scan_bytes:
+                break
+            newest.append(ref)
+            scanned += ref.size
+        states = ProducerStates()
+        stored = FlushTicket()
+        stored.finish()
+        for ref in reversed(newest):
+            try:
+                segment = await self.load_segment(ref)
+            except KafkaError as exc:  # unreadable: those producers are unknown, as before
+                log.warning("cannot rebuild producer state from %s: %s", ref.key, exc)
+                continue
+            for header in segment.batches:
+                states.record(header, stored)
+        self.producers = states
 
     async def _read_last_offset(self, key: str, size: int) -> int | None:
         if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:

@@ -2,8 +2,9 @@
 
 Kept in memory: duplicates of the last five batches of a producer are answered
 with their original offsets, gaps are OUT_OF_ORDER_SEQUENCE_NUMBER, older epochs
-are fenced. After a restart a producer is unknown and its next batch is
-accepted as is (rebuilding this state from the stored batches is a later issue).
+are fenced. When a partition is loaded (restart, or a new owner in a cluster) the
+state is rebuilt from the batches of its newest segments (``producer_scan_bytes``);
+a producer not seen there is unknown and its next batch is accepted as is.
 """
 
 from __future__ import annotations

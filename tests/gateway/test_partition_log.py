@@ -172,3 +172,52 @@ async def test_duplicate_idempotent_batch_gets_its_original_offset(store, nurser
         log.append(bytearray(gap), split_batches(gap))
     assert info.value.code == ErrorCode.out_of_order_sequence_number
     await log.close()
+
+
+async def test_idempotent_state_is_rebuilt_from_storage_when_the_partition_loads(store, nursery):
+    """A batch retried after a restart (or an ownership move) is recognised from the stored batches."""
+    log = await _open(store)
+    nursery.start_soon(log.run_flusher)
+    batches = [build_batch([(b"k", b"v%d" % i)], producer_id=7, producer_epoch=2, base_sequence=i) for i in range(3)]
+    offsets = []
+    for batch in batches:
+        offset, ticket = log.append(bytearray(batch), split_batches(batch))
+        await ticket.wait()
+        offsets.append(offset)
+    await log.close()
+
+    again = await _open(store)
+    nursery.start_soon(again.run_flusher)
+    retried, ticket = again.append(bytearray(batches[-1]), split_batches(batches[-1]))
+    await ticket.wait()
+    assert retried == offsets[-1] and again.high_watermark == 3  # answered, not written twice
+    stale = build_batch([(b"k", b"old")], producer_id=7, producer_epoch=1, base_sequence=3)
+    with pytest.raises(KafkaError) as info:
+        again.append(bytearray(stale), split_batches(stale))
+    assert info.value.code == ErrorCode.invalid_producer_epoch
+    gap = build_batch([(b"k", b"v")], producer_id=7, producer_epoch=2, base_sequence=9)
+    with pytest.raises(KafkaError) as info:
+        again.append(bytearray(gap), split_batches(gap))
+    assert info.value.code == ErrorCode.out_of_order_sequence_number
+    following = build_batch([(b"k", b"v3")], producer_id=7, producer_epoch=2, base_sequence=3)
+    offset, ticket = again.append(bytearray(following), split_batches(following))
+    await ticket.wait()
+    assert offset == 3 and again.high_watermark == 4
+    await again.close()
+
+
+async def test_producer_state_scan_can_be_turned_off(store, nursery):
+    log = await _open(store)
+    nursery.start_soon(log.run_flusher)
+    batch = build_batch([(b"k", b"v")], producer_id=7, producer_epoch=0, base_sequence=0)
+    _, ticket = log.append(bytearray(batch), split_batches(batch))
+    await ticket.wait()
+    await log.close()
+    from dataclasses import replace
+
+    again = await _open(store, replace(SETTINGS, producer_scan_bytes=0))
+    nursery.start_soon(again.run_flusher)
+    offset, ticket = again.append(bytearray(batch), split_batches(batch))
+    await ticket.wait()
+    assert offset == 1  # unknown producer: accepted as is
+    await again.close()
