@@ -5,9 +5,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support.gateway_process import GatewayProcess
 
 
+@pytest.fixture(params=["file", "s3"])
+def storage_args(request) -> list[str]:
+    """The client suites run twice: on the filesystem backend and on a real S3 server (moto)."""
+    if request.param == "file":
+        return []
+    moto = request.getfixturevalue("moto_server")
+    # The later --storage wins over the directory GatewayProcess passes first.
+    return ["--storage", f"s3://{moto.create_bucket()}/e2e", *moto.gateway_args()]
+
+
 @pytest.fixture
-def gateway(tmp_path):
-    process = GatewayProcess(tmp_path / "data").start()
+def gateway(tmp_path, storage_args):
+    process = GatewayProcess(tmp_path / "data", *storage_args).start()
     yield process
     process.kill()
 
@@ -19,9 +29,9 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture
-def groups_gateway(tmp_path):
+def groups_gateway(tmp_path, storage_args):
     """A gateway whose new groups wait 1 s (not Kafka's 3 s) for their first members."""
-    process = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "1000").start()
+    process = GatewayProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "1000", *storage_args).start()
     yield process
     process.kill()
 
