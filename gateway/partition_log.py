@@ -326,6 +326,13 @@ class PartitionLog:
         except StorageError as exc:
             log.warning("writing %s failed: %s", key, exc)
             return KafkaError(ErrorCode.kafka_storage_error, f"object store write failed: {exc}")
+        if not self._writable():
+            # The lease ran out while the PUT was in flight (a pause, a cut from etcd): another
+            # gateway may already serve this partition without seeing this object, so it is not
+            # acknowledged. The new owner finds it when its own write at this offset collides.
+            log.warning("%s was written after this gateway lost %s-%d; not acknowledged",
+                        key, self.topic, self.partition)
+            return KafkaError(ErrorCode.not_leader_or_follower, "ownership was lost during the write")
         ref = SegmentRef(builder.base_offset, builder.next_offset - 1, key, len(data))
         log.debug("wrote %s-%d offsets %d..%d", self.topic, self.partition, ref.base_offset, ref.last_offset)
         self.segments.append(ref)

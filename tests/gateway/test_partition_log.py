@@ -221,3 +221,32 @@ async def test_producer_state_scan_can_be_turned_off(store, nursery):
     await ticket.wait()
     assert offset == 1  # unknown producer: accepted as is
     await again.close()
+
+
+async def test_a_write_that_outlives_the_lease_is_not_acknowledged(store, nursery):
+    """Ownership checked before and after the PUT: losing it mid-write fails the request."""
+    owned = [True]
+    log = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), writable=lambda: owned[0])
+    await log.recover()
+    nursery.start_soon(log.run_flusher)
+    _, ticket = log.append(*_record_set())
+    await ticket.wait()
+    assert log.high_watermark == 3
+
+    real_put = store.put_if_absent
+
+    async def put_then_lose_lease(key, data):
+        await real_put(key, data)
+        owned[0] = False
+
+    store.put_if_absent = put_then_lose_lease
+    _, ticket = log.append(*_record_set(start=3))
+    with pytest.raises(KafkaError) as info:
+        await ticket.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower and log.high_watermark == 3
+    _, ticket = log.append(*_record_set(start=6))  # no longer owned: refused before writing
+    with pytest.raises(KafkaError) as info:
+        await ticket.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower
+    store.put_if_absent = real_put
+    await log.close()
