@@ -86,10 +86,15 @@ class LogManager:
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         info = await self.metadata.update_topic(name, configs=configs)
-        for (topic, _), partition_log in self._logs.items():
-            if topic == name:
-                partition_log.reconfigure(self.settings_for(info))
+        self.apply_topic_settings(info)
         return info
+
+    def apply_topic_settings(self, info: TopicInfo) -> None:
+        """New topic configs apply to the loaded partitions from their next flush (in a
+        cluster, also when another gateway changed them)."""
+        for (topic, _), partition_log in self._logs.items():
+            if topic == info.name:
+                partition_log.reconfigure(self.settings_for(info))
 
     async def add_partitions(self, name: str, count: int) -> TopicInfo:
         return await self.metadata.update_topic(name, partitions=count)

@@ -218,8 +218,10 @@ class ClusterMember:
             topic, _, partition = kv.key[len(owners_prefix):].rpartition("/")
             data = json.loads(kv.value)
             owners[(topic, int(partition))] = Owner(int(data["node"]), int(data["epoch"]), kv.lease)
+        known = self._metadata.topics()
         await self._metadata.refresh()
         self._brokers, self._owners = brokers, owners
+        await self._follow_topic_changes(known, self._metadata.topics())
 
         if self.lease_valid() and self.node_id in brokers:
             live = sorted(brokers)
@@ -233,6 +235,17 @@ class ClusterMember:
                 if unit not in owners and assign(unit, live) == self.node_id:
                     await self._acquire(unit)
         await self._sync_local()
+
+    async def _follow_topic_changes(self, before: dict, after: dict) -> None:
+        """Changes made through another gateway: configs reach the loaded logs, and the
+        groups this gateway coordinates drop the offsets of deleted topics."""
+        for name, info in after.items():
+            previous = before.get(name)
+            if previous is not None and previous.configs != info.configs and self.logs is not None:
+                self.logs.apply_topic_settings(info)
+        if self.groups is not None:
+            for name in before.keys() - after.keys():
+                await self.groups.forget_topic(name)
 
     async def _release(self, unit: tuple[str, int]) -> None:
         # Out of the local view first, so no request reloads the log while it closes.

@@ -318,3 +318,60 @@ def test_a_joining_gateway_takes_its_share_and_clients_follow(cluster, tmp_path)
     finally:
         acked = producer.stop()
     verify(cluster, "grow", 8, acked)
+
+
+def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_path):
+    """segment.bytes altered through a gateway that does not own the partition applies at its
+    owner; a deleted topic's committed offsets leave the group wherever it is coordinated."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    import zlib
+
+    # Admin requests go to the controller (the lowest live node id, 0): pick a topic that
+    # another gateway owns (ownership.assign: crc32 of the name picks the first owner).
+    topic = next(t for t in (f"changing-{i}" for i in range(20)) if zlib.crc32(t.encode()) % 3 != 0)
+    create_topic(cluster, topic, 1)
+    expected = zlib.crc32(topic.encode()) % 3
+    deadline = time.monotonic() + 15
+    while cluster.owners(topic).get(0, (None,))[0] != expected:  # the assignment has settled
+        assert time.monotonic() < deadline, cluster.owners(topic)
+        time.sleep(0.1)
+    owner = expected
+    elsewhere = cluster.gateways[0].bootstrap
+    # One record per batch, many batches per request: segments may split between batches.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 50,
+                         "batch.num.messages": 1})
+    for i in range(200):
+        producer.produce(topic, value=b"x" * 100, partition=0)
+    assert producer.flush(30) == 0
+    before = cluster.segment_ranges(topic, 0)
+    assert max(last - base + 1 for base, last in before) > 15  # flushes gather many batches
+
+    admin = AdminClient({"bootstrap.servers": elsewhere})
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("segment.bytes", "2048", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    assert 'api="INCREMENTAL_ALTER_CONFIGS"' not in cluster.gateways[owner].metrics()  # changed elsewhere
+    time.sleep(1.0)  # a few refreshes of the owner
+    for i in range(200):  # ~35 KB of batches: split into ~2 KB segments by the owner
+        producer.produce(topic, value=b"y" * 100, partition=0)
+    assert producer.flush(30) == 0
+    after = cluster.segment_ranges(topic, 0)[len(before):]
+    # ~170-byte batches: at most 12 fit in 2 KiB (a segment closes before it would exceed it).
+    assert after and max(last - base + 1 for base, last in after) <= 12, after
+
+    group = "changing-readers"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 42)], asynchronous=False)
+    consumer.close()
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+    assert [(tp.topic, tp.offset) for tp in listed.topic_partitions] == [(topic, 42)]
+    admin.delete_topics([topic])[topic].result(10)
+    deadline = time.monotonic() + 10
+    while True:
+        listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+        if not listed.topic_partitions:
+            break
+        assert time.monotonic() < deadline, f"offsets of the deleted topic remain: {listed.topic_partitions}"
+        time.sleep(0.2)
