@@ -40,3 +40,17 @@ class Metrics:
         self.inflight_bytes = Gauge(
             "kafscale_inflight_request_bytes", "Request bytes being processed", registry=self.registry
         )
+
+    def watch_cluster(self, member, etcd) -> None:
+        """Cluster mode: what this gateway owns and how much it asks of etcd, read at scrape time."""
+        owned = Gauge("kafscale_owned_partitions", "Partitions this gateway leads", registry=self.registry)
+        owned.set_function(lambda: member.owned_count())
+        lease = Gauge("kafscale_lease_valid", "1 while this gateway's etcd lease surely holds", registry=self.registry)
+        lease.set_function(lambda: 1 if member.lease_valid() else 0)
+        for name, text, read in [
+            ("kafscale_ownership_acquired", "Partitions and group slots claimed (total)", lambda: member.acquired),
+            ("kafscale_ownership_released", "Partitions and group slots handed over (total)", lambda: member.released),
+            ("kafscale_etcd_requests", "etcd requests made (total)", lambda: etcd.requests),
+            ("kafscale_etcd_writes", "etcd writes made: puts, transactions, lease grants (total)", lambda: etcd.writes),
+        ]:
+            Gauge(name, text, registry=self.registry).set_function(read)

@@ -94,6 +94,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         raise StartupError(f"etcd at {config.etcd_endpoints} is unavailable: {exc}") from exc
     if member is not None:
         member.logs, member.groups = logs, groups
+        metrics.watch_cluster(member, etcd)
         try:
             await member.join()
         except ClusterStartError as exc:

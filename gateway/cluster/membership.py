@@ -100,6 +100,9 @@ class ClusterMember:
         return (owner is not None and owner.node_id == self.node_id and owner.lease == self._lease
                 and self.lease_valid())
 
+    def owned_count(self) -> int:
+        return sum(1 for (topic, p) in self._owners if topic != GROUP_UNIT and self.owns(topic, p))
+
     def coordinator(self, group_id: str) -> Broker | None:
         owner = self._owners.get(coordinator_unit(group_id, self.slots))
         return None if owner is None else self._brokers.get(owner.node_id)

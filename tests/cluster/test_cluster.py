@@ -62,6 +62,11 @@ class BackgroundProducer:
         return self.acked()
 
 
+def _metric(gateway, name: str) -> float:
+    line = next(line for line in gateway.metrics().splitlines() if line.startswith(name + " "))
+    return float(line.split()[-1])
+
+
 def create_topic(cluster, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(15)
@@ -134,9 +139,20 @@ def verify(cluster, topic: str, partitions: int, acked: list) -> dict:
 
 def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster, tmp_path):
     create_topic(cluster, "spread", 6)
-    owners = cluster.wait_owned("spread", 6, {0, 1, 2})
-    per_node = sorted(sum(1 for n, _ in owners.values() if n == node) for node in (0, 1, 2))
-    assert per_node == [2, 2, 2]
+    deadline = time.monotonic() + 15
+    while True:
+        owners = cluster.wait_owned("spread", 6, {0, 1, 2})
+        per_node = [sum(1 for n, _ in owners.values() if n == node) for node in (0, 1, 2)]
+        if per_node == [2, 2, 2]:
+            break
+        assert time.monotonic() < deadline, owners
+        time.sleep(0.1)
+    # Each gateway's own view agrees (its /metrics counts what it leads).
+    deadline = time.monotonic() + 5
+    while [_metric(g, "kafscale_owned_partitions") for g in cluster.gateways] != [2, 2, 2]:
+        assert time.monotonic() < deadline, [_metric(g, "kafscale_owned_partitions") for g in cluster.gateways]
+        time.sleep(0.1)
+    assert all(_metric(g, "kafscale_lease_valid") == 1 for g in cluster.gateways)
     # Every gateway answers Metadata with the three gateways and, once its view is
     # refreshed (cluster_refresh_ms), the same leaders as etcd.
     for gateway in cluster.gateways:
