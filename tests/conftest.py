@@ -23,3 +23,13 @@ def moto_server(tmp_path_factory):
     server = MotoServer(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweed_server(tmp_path_factory):
+    """One SeaweedFS S3 server for the session (each test uses its own prefix)."""
+    from tests.support.seaweed_server import SeaweedServer
+
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"))
+    yield server
+    server.stop()

@@ -20,16 +20,16 @@ LEASE_MS = 3000
 
 
 class Cluster:
-    def __init__(self, tmp_path, etcd: EtcdServer, moto_server, size: int = 3) -> None:
+    def __init__(self, tmp_path, etcd: EtcdServer, s3_server, size: int = 3) -> None:
         self.etcd = etcd
-        self.moto = moto_server
-        self.bucket = moto_server.create_bucket()
+        self.s3 = s3_server  # MotoServer or SeaweedServer
+        self.location = s3_server.location()
         self.tmp_path = tmp_path
         self.gateways = [self._gateway(i) for i in range(size)]
 
     def _gateway(self, node_id: int) -> GatewayProcess:
         gateway = GatewayProcess(
-            self.tmp_path / f"gw{node_id}", "--storage", f"s3://{self.bucket}/c", *self.moto.gateway_args(),
+            self.tmp_path / f"gw{node_id}", "--storage", self.location, *self.s3.gateway_args(),
             "--node-id", str(node_id), "--etcd-endpoints", self.etcd.endpoint,
             "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
             "--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG",
@@ -78,7 +78,7 @@ class Cluster:
 
     def segment_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
         """(base, last) offsets of every segment object of a partition, read from the bucket."""
-        store = open_store(f"s3://{self.bucket}/c", s3=self.moto.options())
+        store = open_store(self.location, s3=self.s3.options())
         ranges = []
         for info in store.list(f"kafscale/{topic}/{partition}/"):
             if parse_segment_key(info.key) is None:
@@ -108,12 +108,21 @@ def etcd(tmp_path):
     server.stop()
 
 
-@pytest.fixture
-def cluster(tmp_path, etcd, moto_server):
-    cluster = Cluster(tmp_path, etcd, moto_server)
+def _running(cluster: Cluster):
     try:
         for gateway in cluster.gateways:
             gateway.start()
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path, etcd, moto_server):
+    yield from _running(Cluster(tmp_path, etcd, moto_server))
+
+
+@pytest.fixture
+def seaweed_cluster(tmp_path, etcd, seaweed_server):
+    """The same three gateways on SeaweedFS (another S3 implementation, real SigV4)."""
+    yield from _running(Cluster(tmp_path, etcd, seaweed_server))

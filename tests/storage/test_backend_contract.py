@@ -14,13 +14,16 @@ from kafscale.storage_backends import (
 )
 
 
-@pytest.fixture(params=["memory", "local", "local-nofsync", "s3-moto"])
+@pytest.fixture(params=["memory", "local", "local-nofsync", "s3-moto", "s3-seaweedfs"])
 def store(request, tmp_path) -> ObjectStore:
     if request.param == "memory":
         return MemoryBackend()
     if request.param == "s3-moto":
         server = request.getfixturevalue("moto_server")
         return open_store(f"s3://{server.create_bucket()}/some/prefix", s3=server.options())
+    if request.param == "s3-seaweedfs":
+        server = request.getfixturevalue("seaweed_server")
+        return open_store(server.location(), s3=server.options())
     return LocalBackend(tmp_path / "data", fsync=request.param == "local")
 
 

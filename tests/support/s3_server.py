@@ -42,6 +42,10 @@ class MotoServer:
             assert response.status == 200
         return name
 
+    def location(self) -> str:
+        """A fresh bucket for one test."""
+        return f"s3://{self.create_bucket()}/c"
+
     def options(self) -> S3Options:
         return S3Options(endpoint=self.endpoint, region="us-east-1", access_key_id="test",
                          secret_access_key="test", path_style=True, allow_http=True, timeout_ms=10_000, retries=2)
