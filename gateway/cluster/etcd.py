@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 from dataclasses import dataclass
 
 import httpx
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["EtcdClient", "EtcdError", "EtcdUnavailable", "KeyValue", "Compare", "prefix_end"]
+__all__ = ["EtcdClient", "EtcdError", "EtcdUnavailable", "KeyValue", "Compare", "WatchEvent", "prefix_end"]
 
 
 class EtcdError(KafkaError):
@@ -41,6 +42,12 @@ class KeyValue:
     create_revision: int
     mod_revision: int
     lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    deleted: bool
+    kv: KeyValue  # for a delete, only the key and mod_revision are set
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +130,40 @@ class EtcdClient:
         return _kv(kvs[0]) if kvs else None
 
     async def get_prefix(self, prefix: str) -> list[KeyValue]:
+        return (await self.range_prefix(prefix))[0]
+
+    async def range_prefix(self, prefix: str) -> tuple[list[KeyValue], int]:
+        """Every key under ``prefix`` and the store revision they were read at."""
         found = await self._call("/v3/kv/range", {"key": _b64(prefix.encode()),
                                                   "range_end": _b64(prefix_end(prefix).encode())})
-        return [_kv(item) for item in found.get("kvs", [])]
+        return [_kv(item) for item in found.get("kvs", [])], int(found["header"]["revision"])
+
+    async def watch_prefix(self, prefix: str, start_revision: int):
+        """Changes under ``prefix`` from ``start_revision`` on, as lists of events in revision
+        order, until the stream breaks (EtcdUnavailable) or etcd cancels it (EtcdError, e.g.
+        the revision was compacted): the caller then reads the prefix again and re-watches."""
+        body = {"create_request": {"key": _b64(prefix.encode()), "range_end": _b64(prefix_end(prefix).encode()),
+                                   "start_revision": str(start_revision)}}
+        endpoint = self.endpoints[next(self._order)]
+        self.requests += 1
+        try:
+            async with self._http.stream("POST", endpoint + "/v3/watch", json=body,
+                                         timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
+                if response.status_code != 200:
+                    raise EtcdError(f"etcd watch failed with HTTP {response.status_code}")
+                async for line in response.aiter_lines():
+                    if not line.strip():
+                        continue
+                    result = json.loads(line).get("result", {})
+                    if result.get("canceled") or int(result.get("compact_revision", 0)):
+                        raise EtcdError(f"etcd cancelled the watch: {result.get('cancel_reason') or 'compacted'}")
+                    events = [WatchEvent(item.get("type") == "DELETE", _kv(item["kv"]))
+                              for item in result.get("events", [])]
+                    if events:
+                        yield events
+        except httpx.HTTPError as exc:
+            raise EtcdUnavailable(f"watch stream from {endpoint} broke: {exc!r}") from exc
+        raise EtcdUnavailable(f"etcd at {endpoint} closed the watch stream")
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> None:
         self.writes += 1

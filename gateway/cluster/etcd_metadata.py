@@ -34,11 +34,11 @@ def cluster_root(prefix: str, cluster_id: str) -> str:
 
 
 class EtcdMetadata:
-    """Topics cached in memory, re-read by :meth:`refresh` (the cluster loop calls it)."""
+    """Topics cached in memory, kept current by the cluster's watch on ``topics/``."""
 
     def __init__(self, etcd: EtcdClient, root: str) -> None:
         self._etcd = etcd
-        self._topics_prefix = root + "topics/"
+        self.prefix = self._topics_prefix = root + "topics/"
         self._producer_key = root + "producer_id_block"
         self._topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
@@ -48,8 +48,19 @@ class EtcdMetadata:
         await self.refresh()
 
     async def refresh(self) -> None:
-        found = await self._etcd.get_prefix(self._topics_prefix)
-        self._topics = {info.name: info for info in map(self._decode, found)}
+        self.replace(await self._etcd.get_prefix(self._topics_prefix))
+
+    def replace(self, kvs: list[KeyValue]) -> None:
+        """The whole topic table, as read from etcd."""
+        self._topics = {info.name: info for info in map(self._decode, kvs)}
+
+    def apply(self, kv: KeyValue, deleted: bool) -> None:
+        """One change seen on the watch of ``topics/``."""
+        name = kv.key[len(self._topics_prefix):]
+        if deleted:
+            self._topics = {n: i for n, i in self._topics.items() if n != name}
+        else:
+            self._topics = {**self._topics, name: self._decode(kv)}
 
     def _decode(self, kv: KeyValue) -> TopicInfo:
         return TopicInfo.from_json(kv.key[len(self._topics_prefix):], json.loads(kv.value))

@@ -8,10 +8,11 @@ etcd keys under the cluster root (all but ``epochs/`` die with the owner's lease
     epochs/{topic}/{p}      the last leader epoch handed out (never decreases)
     coordinator_slots       fixed slot count of the cluster
 
-Every ``cluster_refresh_ms`` each gateway re-reads brokers and owners, computes
-the owner each unit should have (:func:`assign`), gives up what should move
-(flush, then delete its owner key) and claims what is free and meant for it —
-a transaction that creates the owner key under its lease and bumps the epoch.
+Each gateway keeps brokers, owners and topics in memory from etcd watches (one
+read, then only changes). On every change, and every ``cluster_refresh_ms``, it
+computes the owner each unit should have (:func:`assign`), gives up what should
+move (flush, then delete its owner key) and claims what is free and meant for
+it — a transaction that creates the owner key under its lease and bumps the epoch.
 
 Safety does not depend on timing: a gateway writes a segment only while its
 lease surely holds (the local deadline runs out before etcd's), and segments
@@ -30,7 +31,7 @@ import trio
 from kafscale.protocol.errors import KafkaError
 
 from ..config import GatewayConfig
-from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
+from .etcd import Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op, range_op
 from .etcd_metadata import EtcdMetadata
 from .ownership import GROUP_UNIT, Broker, assign, coordinator_unit, group_unit
 
@@ -57,6 +58,10 @@ def _unit_key(unit: tuple[str, int]) -> str:
     return f"{unit[0]}/{unit[1]}"
 
 
+# The parts of the cluster state each gateway watches.
+BROKERS, OWNERS, TOPICS = "brokers/", "owners/", "topics/"
+
+
 class ClusterMember:
     def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, root: str) -> None:
         self.node_id = config.node_id
@@ -73,6 +78,7 @@ class ClusterMember:
         self._brokers: dict[int, Broker] = {}
         self._owners: dict[tuple[str, int], Owner] = {}
         self._wakeup = trio.Event()
+        self._known_topics: dict = {}
         self.logs = None  # LogManager, attached by the server
         self.groups = None  # GroupCoordinator, attached by the server
         self.acquired = 0
@@ -114,6 +120,8 @@ class ClusterMember:
         try:
             await self._check_slot_count()
             await self._register(wait_s=self._ttl_s + 2)
+            for part in (BROKERS, OWNERS, TOPICS):
+                await self._snapshot(part)
             await self.reconcile()
         except EtcdError as exc:
             raise ClusterStartError(f"etcd at {', '.join(self._etcd.endpoints)}: {exc}") from exc
@@ -164,8 +172,70 @@ class ClusterMember:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keepalive_loop)
+            for part in (BROKERS, OWNERS, TOPICS):
+                nursery.start_soon(self._watch, part)
             task_status.started()
             await self._reconcile_loop()
+
+    # -- the view: a snapshot, then the changes ------------------------------------------
+
+    async def _snapshot(self, part: str) -> int:
+        kvs, revision = await self._etcd.range_prefix(self._root + part)
+        if part == BROKERS:
+            self._brokers = dict(self._broker_entry(kv) for kv in kvs)
+        elif part == OWNERS:
+            self._owners = dict(self._owner_entry(kv) for kv in kvs)
+        else:
+            self._metadata.replace(kvs)
+        return revision
+
+    def _apply(self, part: str, kv: KeyValue, deleted: bool) -> None:
+        if part == TOPICS:
+            self._metadata.apply(kv, deleted)
+            return
+        table = self._brokers if part == BROKERS else self._owners
+        if deleted:
+            key = self._broker_key(kv) if part == BROKERS else self._unit_of(kv)
+            table.pop(key, None)
+        else:
+            key, value = self._broker_entry(kv) if part == BROKERS else self._owner_entry(kv)
+            table[key] = value
+
+    async def _watch(self, part: str) -> None:
+        """Keep one part of the view current; after a broken stream, read it again."""
+        failing = False
+        while True:
+            try:
+                revision = await self._snapshot(part)
+                self._wakeup.set()
+                if failing:
+                    log.info("watching %s again", part)
+                failing = False
+                async for events in self._etcd.watch_prefix(self._root + part, revision + 1):
+                    for event in events:
+                        self._apply(part, event.kv, event.deleted)
+                    self._wakeup.set()
+            except EtcdError as exc:
+                if not failing:
+                    log.warning("watch of %s stopped (%s); reading it again", part, exc)
+                failing = True
+                await trio.sleep(min(1.0, self._refresh_s))
+
+    def _broker_key(self, kv: KeyValue) -> int:
+        return int(kv.key.rsplit("/", 1)[1])
+
+    def _broker_entry(self, kv: KeyValue) -> tuple[int, Broker]:
+        data = json.loads(kv.value)
+        node_id = self._broker_key(kv)
+        return node_id, Broker(node_id, data["host"], int(data["port"]))
+
+    def _unit_of(self, kv: KeyValue) -> tuple[str, int]:
+        topic, _, partition = kv.key[len(self._root + OWNERS):].rpartition("/")
+        return topic, int(partition)
+
+    def _owner_entry(self, kv: KeyValue) -> tuple[tuple[str, int], Owner]:
+        data = json.loads(kv.value)
+        return self._unit_of(kv), Owner(int(data["node"]), int(data["epoch"]), kv.lease)
 
     async def _keepalive_loop(self) -> None:
         failing = False
@@ -209,23 +279,12 @@ class ClusterMember:
                 log.exception("cluster reconcile failed")
 
     async def reconcile(self) -> None:
-        """One round: read members, owners and topics; give up and claim units; align local state."""
-        brokers = {}
-        for kv in await self._etcd.get_prefix(self._root + "brokers/"):
-            data = json.loads(kv.value)
-            node_id = int(kv.key.rsplit("/", 1)[1])
-            brokers[node_id] = Broker(node_id, data["host"], int(data["port"]))
-        owners_prefix = self._root + "owners/"
-        owners = {}
-        for kv in await self._etcd.get_prefix(owners_prefix):
-            topic, _, partition = kv.key[len(owners_prefix):].rpartition("/")
-            data = json.loads(kv.value)
-            owners[(topic, int(partition))] = Owner(int(data["node"]), int(data["epoch"]), kv.lease)
-        known = self._metadata.topics()
-        await self._metadata.refresh()
-        self._brokers, self._owners = brokers, owners
-        await self._follow_topic_changes(known, self._metadata.topics())
-
+        """One round on the current view: follow topic changes, give up and claim units,
+        align local state. Reads nothing from etcd; writes only what moves."""
+        topics = self._metadata.topics()
+        await self._follow_topic_changes(self._known_topics, topics)
+        self._known_topics = topics
+        brokers, owners = self._brokers, dict(self._owners)
         if self.lease_valid() and self.node_id in brokers:
             live = sorted(brokers)
             units = {(name, p) for name, info in self._metadata.topics().items() for p in range(info.partitions)}
@@ -252,7 +311,7 @@ class ClusterMember:
 
     async def _release(self, unit: tuple[str, int]) -> None:
         # Out of the local view first, so no request reloads the log while it closes.
-        del self._owners[unit]
+        self._owners.pop(unit, None)
         await self._sync_local()
         key = self._root + "owners/" + _unit_key(unit)
         await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
