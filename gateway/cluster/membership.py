@@ -10,7 +10,7 @@ etcd keys under the cluster root (all but ``epochs/`` die with the owner's lease
 
 Each gateway keeps brokers, owners and topics in memory from etcd watches (one
 read, then only changes). On every change, and every ``cluster_refresh_ms``, it
-computes the owner each unit should have (:func:`assign`), gives up what should
+computes the owner each unit should have (:mod:`.placement`), gives up what should
 move (flush, then delete its owner key) and claims what is free and meant for
 it — a transaction that creates the owner key under its lease and bumps the epoch.
 
@@ -33,7 +33,8 @@ from kafscale.protocol.errors import KafkaError
 from ..config import GatewayConfig
 from .etcd import Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op, range_op
 from .etcd_metadata import EtcdMetadata
-from .ownership import GROUP_UNIT, Broker, assign, coordinator_unit, group_unit
+from .ownership import GROUP_UNIT, Broker, coordinator_unit
+from .placement import Placement
 
 __all__ = ["ClusterMember", "ClusterStartError"]
 
@@ -79,6 +80,7 @@ class ClusterMember:
         self._owners: dict[tuple[str, int], Owner] = {}
         self._wakeup = trio.Event()
         self._known_topics: dict = {}
+        self._placement: Placement | None = None
         self.logs = None  # LogManager, attached by the server
         self.groups = None  # GroupCoordinator, attached by the server
         self.acquired = 0
@@ -286,17 +288,23 @@ class ClusterMember:
         self._known_topics = topics
         brokers, owners = self._brokers, dict(self._owners)
         if self.lease_valid() and self.node_id in brokers:
-            live = sorted(brokers)
-            units = {(name, p) for name, info in self._metadata.topics().items() for p in range(info.partitions)}
-            units |= {group_unit(slot) for slot in range(self.slots)}
+            placement = self._placement_for(tuple(sorted(brokers)))
+            desired = {(GROUP_UNIT, slot): node for slot, node in enumerate(placement.topic(GROUP_UNIT, self.slots))}
+            for name, info in topics.items():
+                desired.update(((name, p), node) for p, node in enumerate(placement.topic(name, info.partitions)))
             for unit, owner in sorted(owners.items()):
                 if owner.node_id == self.node_id and owner.lease == self._lease:
-                    if unit not in units or assign(unit, live) != self.node_id:
+                    if desired.get(unit) != self.node_id:
                         await self._release(unit)
-            for unit in sorted(units):
-                if unit not in owners and assign(unit, live) == self.node_id:
+            for unit, node in sorted(desired.items()):
+                if node == self.node_id and unit not in owners:
                     await self._acquire(unit)
         await self._sync_local()
+
+    def _placement_for(self, live: tuple[int, ...]) -> Placement:
+        if self._placement is None or tuple(self._placement.brokers) != live:
+            self._placement = Placement(list(live))
+        return self._placement
 
     async def _follow_topic_changes(self, before: dict, after: dict) -> None:
         """Changes made through another gateway: configs reach the loaded logs, and the

@@ -7,13 +7,12 @@ the log manager only ask the questions below.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..groups.store import slot_of
 
-__all__ = ["Broker", "Ownership", "SoleGateway", "GROUP_UNIT", "assign", "group_unit"]
+__all__ = ["Broker", "Ownership", "SoleGateway", "GROUP_UNIT", "group_unit"]
 
 # Units are (topic, partition); group-coordinator slots are units of this pseudo topic
 # ('~' is not legal in topic names, so it cannot collide).
@@ -29,14 +28,6 @@ class Broker:
     node_id: int
     host: str
     port: int
-
-
-def assign(unit: tuple[str, int], brokers: list[int]) -> int:
-    """The gateway that should own ``unit``: the partitions of a topic go round-robin
-    over the live gateways (sorted by id), starting at a place set by the topic's
-    name, so every topic is spread evenly and different topics start on different gateways."""
-    topic, partition = unit
-    return brokers[(zlib.crc32(topic.encode()) + partition) % len(brokers)]
 
 
 class Ownership(Protocol):

@@ -354,13 +354,14 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    import zlib
+    from kafscale.gateway.cluster.placement import Placement
 
     # Admin requests go to the controller (the lowest live node id, 0): pick a topic that
-    # another gateway owns (ownership.assign: crc32 of the name picks the first owner).
-    topic = next(t for t in (f"changing-{i}" for i in range(20)) if zlib.crc32(t.encode()) % 3 != 0)
+    # another gateway owns (every gateway computes the same placement).
+    placement = Placement([0, 1, 2])
+    topic = next(t for t in (f"changing-{i}" for i in range(20)) if placement.topic(t, 1)[0] != 0)
     create_topic(cluster, topic, 1)
-    expected = zlib.crc32(topic.encode()) % 3
+    expected = placement.topic(topic, 1)[0]
     deadline = time.monotonic() + 15
     while cluster.owners(topic).get(0, (None,))[0] != expected:  # the assignment has settled
         assert time.monotonic() < deadline, cluster.owners(topic)
