@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
-
 import trio
 
 from kafscale.protocol.errors import KafkaError
 
 from ..config import GatewayConfig
-from .etcd import Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op, range_op
+from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
 from .etcd_metadata import EtcdMetadata
 from .ownership import GROUP_UNIT, Broker, coordinator_unit
 from .placement import Placement
+from .view import ClusterView, Owner
 
 __all__ = ["ClusterMember", "ClusterStartError"]
 
@@ -48,19 +47,8 @@ class ClusterStartError(RuntimeError):
     """The gateway cannot join the cluster; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class Owner:
-    node_id: int
-    epoch: int
-    lease: int
-
-
 def _unit_key(unit: tuple[str, int]) -> str:
     return f"{unit[0]}/{unit[1]}"
-
-
-# The parts of the cluster state each gateway watches.
-BROKERS, OWNERS, TOPICS = "brokers/", "owners/", "topics/"
 
 
 class ClusterMember:
@@ -76,9 +64,9 @@ class ClusterMember:
         self.slots = config.coordinator_slots
         self._lease = 0
         self._lease_deadline = 0.0
-        self._brokers: dict[int, Broker] = {}
-        self._owners: dict[tuple[str, int], Owner] = {}
         self._wakeup = trio.Event()
+        self.view = ClusterView(etcd, root, metadata, on_change=self._wakeup_now,
+                                retry_s=min(1.0, self._refresh_s))
         self._known_topics: dict = {}
         self._placement: Placement | None = None
         self.logs = None  # LogManager, attached by the server
@@ -92,28 +80,28 @@ class ClusterMember:
         return trio.current_time() < self._lease_deadline
 
     def brokers(self) -> list[Broker]:
-        return [self._brokers[n] for n in sorted(self._brokers)] or [self.me]
+        return [self.view.brokers[n] for n in sorted(self.view.brokers)] or [self.me]
 
     def controller_id(self) -> int:
-        return min(self._brokers, default=self.node_id)
+        return min(self.view.brokers, default=self.node_id)
 
     def leader(self, topic: str, partition: int) -> tuple[int, int] | None:
-        owner = self._owners.get((topic, partition))
-        if owner is None or owner.node_id not in self._brokers:
+        owner = self.view.owners.get((topic, partition))
+        if owner is None or owner.node_id not in self.view.brokers:
             return None
         return owner.node_id, owner.epoch
 
     def owns(self, topic: str, partition: int) -> bool:
-        owner = self._owners.get((topic, partition))
+        owner = self.view.owners.get((topic, partition))
         return (owner is not None and owner.node_id == self.node_id and owner.lease == self._lease
                 and self.lease_valid())
 
     def owned_count(self) -> int:
-        return sum(1 for (topic, p) in self._owners if topic != GROUP_UNIT and self.owns(topic, p))
+        return sum(1 for (topic, p) in self.view.owners if topic != GROUP_UNIT and self.owns(topic, p))
 
     def coordinator(self, group_id: str) -> Broker | None:
-        owner = self._owners.get(coordinator_unit(group_id, self.slots))
-        return None if owner is None else self._brokers.get(owner.node_id)
+        owner = self.view.owners.get(coordinator_unit(group_id, self.slots))
+        return None if owner is None else self.view.brokers.get(owner.node_id)
 
     # -- joining and leaving -------------------------------------------------------------
 
@@ -122,8 +110,7 @@ class ClusterMember:
         try:
             await self._check_slot_count()
             await self._register(wait_s=self._ttl_s + 2)
-            for part in (BROKERS, OWNERS, TOPICS):
-                await self._snapshot(part)
+            await self.view.read_all()
             await self.reconcile()
         except EtcdError as exc:
             raise ClusterStartError(f"etcd at {', '.join(self._etcd.endpoints)}: {exc}") from exc
@@ -171,73 +158,15 @@ class ClusterMember:
 
     # -- the loops -------------------------------------------------------------------------
 
+    def _wakeup_now(self) -> None:
+        self._wakeup.set()
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keepalive_loop)
-            for part in (BROKERS, OWNERS, TOPICS):
-                nursery.start_soon(self._watch, part)
+            nursery.start_soon(self.view.run)
             task_status.started()
             await self._reconcile_loop()
-
-    # -- the view: a snapshot, then the changes ------------------------------------------
-
-    async def _snapshot(self, part: str) -> int:
-        kvs, revision = await self._etcd.range_prefix(self._root + part)
-        if part == BROKERS:
-            self._brokers = dict(self._broker_entry(kv) for kv in kvs)
-        elif part == OWNERS:
-            self._owners = dict(self._owner_entry(kv) for kv in kvs)
-        else:
-            self._metadata.replace(kvs)
-        return revision
-
-    def _apply(self, part: str, kv: KeyValue, deleted: bool) -> None:
-        if part == TOPICS:
-            self._metadata.apply(kv, deleted)
-            return
-        table = self._brokers if part == BROKERS else self._owners
-        if deleted:
-            key = self._broker_key(kv) if part == BROKERS else self._unit_of(kv)
-            table.pop(key, None)
-        else:
-            key, value = self._broker_entry(kv) if part == BROKERS else self._owner_entry(kv)
-            table[key] = value
-
-    async def _watch(self, part: str) -> None:
-        """Keep one part of the view current; after a broken stream, read it again."""
-        failing = False
-        while True:
-            try:
-                revision = await self._snapshot(part)
-                self._wakeup.set()
-                if failing:
-                    log.info("watching %s again", part)
-                failing = False
-                async for events in self._etcd.watch_prefix(self._root + part, revision + 1):
-                    for event in events:
-                        self._apply(part, event.kv, event.deleted)
-                    self._wakeup.set()
-            except EtcdError as exc:
-                if not failing:
-                    log.warning("watch of %s stopped (%s); reading it again", part, exc)
-                failing = True
-                await trio.sleep(min(1.0, self._refresh_s))
-
-    def _broker_key(self, kv: KeyValue) -> int:
-        return int(kv.key.rsplit("/", 1)[1])
-
-    def _broker_entry(self, kv: KeyValue) -> tuple[int, Broker]:
-        data = json.loads(kv.value)
-        node_id = self._broker_key(kv)
-        return node_id, Broker(node_id, data["host"], int(data["port"]))
-
-    def _unit_of(self, kv: KeyValue) -> tuple[str, int]:
-        topic, _, partition = kv.key[len(self._root + OWNERS):].rpartition("/")
-        return topic, int(partition)
-
-    def _owner_entry(self, kv: KeyValue) -> tuple[tuple[str, int], Owner]:
-        data = json.loads(kv.value)
-        return self._unit_of(kv), Owner(int(data["node"]), int(data["epoch"]), kv.lease)
 
     async def _keepalive_loop(self) -> None:
         failing = False
@@ -251,7 +180,7 @@ class ClusterMember:
                                 "everything it owned has moved; joining again", self._lease, self._ttl_s)
                     self._lease_deadline = 0.0
                     await self._register(wait_s=self._ttl_s + 2)
-                    self._wakeup.set()
+                    self._wakeup_now()
                 else:
                     self._lease_deadline = sent + ttl - LEASE_SAFETY_S
                 if failing:
@@ -286,7 +215,7 @@ class ClusterMember:
         topics = self._metadata.topics()
         await self._follow_topic_changes(self._known_topics, topics)
         self._known_topics = topics
-        brokers, owners = self._brokers, dict(self._owners)
+        brokers, owners = self.view.brokers, dict(self.view.owners)
         if self.lease_valid() and self.node_id in brokers:
             placement = self._placement_for(tuple(sorted(brokers)))
             desired = {(GROUP_UNIT, slot): node for slot, node in enumerate(placement.topic(GROUP_UNIT, self.slots))}
@@ -319,7 +248,7 @@ class ClusterMember:
 
     async def _release(self, unit: tuple[str, int]) -> None:
         # Out of the local view first, so no request reloads the log while it closes.
-        self._owners.pop(unit, None)
+        self.view.owners.pop(unit, None)
         await self._sync_local()
         key = self._root + "owners/" + _unit_key(unit)
         await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
@@ -337,7 +266,7 @@ class ClusterMember:
         won, _ = await self._etcd.txn(guards, [put_op(owner_key, owner, self._lease),
                                                put_op(epoch_key, str(epoch).encode())])
         if won:
-            self._owners[unit] = Owner(self.node_id, epoch, self._lease)
+            self.view.owners[unit] = Owner(self.node_id, epoch, self._lease)
             self.acquired += 1
             log.info("took %s at epoch %d", _unit_key(unit), epoch)
 

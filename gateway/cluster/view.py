@@ -1,0 +1,115 @@
+"""The cluster as etcd has it — live gateways, owners, topics — kept in memory by watches.
+
+Each part (``brokers/``, ``owners/``, ``topics/``) is read once, then followed
+with a streaming watch from the revision it was read at; a broken stream is read
+again and re-watched. Nothing here decides anything: the membership reacts to
+``on_change``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import trio
+
+from .etcd import EtcdClient, EtcdError, KeyValue
+from .etcd_metadata import EtcdMetadata
+from .ownership import Broker
+
+__all__ = ["ClusterView", "Owner", "BROKERS", "OWNERS", "TOPICS"]
+
+log = logging.getLogger("kafscale.cluster")
+
+BROKERS, OWNERS, TOPICS = "brokers/", "owners/", "topics/"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    node_id: int
+    epoch: int
+    lease: int
+
+
+class ClusterView:
+    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadata, on_change: Callable[[], None],
+                 retry_s: float) -> None:
+        self._etcd = etcd
+        self._root = root
+        self._metadata = metadata  # holds the topics part
+        self._on_change = on_change
+        self._retry_s = retry_s
+        self.brokers: dict[int, Broker] = {}
+        self.owners: dict[tuple[str, int], Owner] = {}
+
+    async def read_all(self) -> None:
+        for part in (BROKERS, OWNERS, TOPICS):
+            await self._read(part)
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for part in (BROKERS, OWNERS, TOPICS):
+                nursery.start_soon(self._follow, part)
+
+    async def _read(self, part: str) -> int:
+        kvs, revision = await self._etcd.range_prefix(self._root + part)
+        if part == BROKERS:
+            self.brokers = dict(map(self._broker, kvs))
+        elif part == OWNERS:
+            self.owners = dict(map(self._owner, kvs))
+        else:
+            self._metadata.replace(kvs)
+        return revision
+
+    def _apply(self, part: str, kv: KeyValue, deleted: bool) -> None:
+        if part == TOPICS:
+            self._metadata.apply(kv, deleted)
+        elif part == BROKERS:
+            if deleted:
+                self.brokers.pop(self._node_id(kv), None)
+            else:
+                node_id, broker = self._broker(kv)
+                self.brokers[node_id] = broker
+        elif deleted:
+            self.owners.pop(self._unit(kv), None)
+        else:
+            unit, owner = self._owner(kv)
+            self.owners[unit] = owner
+
+    async def _follow(self, part: str) -> None:
+        failing = False
+        while True:
+            try:
+                revision = await self._read(part)
+                self._on_change()
+                if failing:
+                    log.info("watching %s again", part)
+                failing = False
+                async for events in self._etcd.watch_prefix(self._root + part, revision + 1):
+                    for event in events:
+                        self._apply(part, event.kv, event.deleted)
+                    self._on_change()
+            except EtcdError as exc:
+                if not failing:
+                    log.warning("watch of %s stopped (%s); reading it again", part, exc)
+                failing = True
+                await trio.sleep(self._retry_s)
+
+    @staticmethod
+    def _node_id(kv: KeyValue) -> int:
+        return int(kv.key.rsplit("/", 1)[1])
+
+    def _broker(self, kv: KeyValue) -> tuple[int, Broker]:
+        data = json.loads(kv.value)
+        node_id = self._node_id(kv)
+        return node_id, Broker(node_id, data["host"], int(data["port"]))
+
+    def _unit(self, kv: KeyValue) -> tuple[str, int]:
+        topic, _, partition = kv.key[len(self._root + OWNERS):].rpartition("/")
+        return topic, int(partition)
+
+    def _owner(self, kv: KeyValue) -> tuple[tuple[str, int], Owner]:
+        data = json.loads(kv.value)
+        return self._unit(kv), Owner(int(data["node"]), int(data["epoch"]), kv.lease)
