@@ -49,7 +49,7 @@ class GatewayConfig:
     etcd_prefix: str = _opt("/kafscale", "etcd key prefix; the cluster id is appended")
     etcd_timeout_ms: int = _opt(5000, "timeout of one etcd request", minimum=100)
     lease_ttl_ms: int = _opt(6000, "a gateway's lease: its partitions move this long after it stops", minimum=2000)
-    cluster_refresh_ms: int = _opt(500, "how often a gateway re-reads members, owners and topics", minimum=50)
+    cluster_refresh_ms: int = _opt(500, "how often a gateway re-checks what it should own (changes in etcd also trigger it at once)", minimum=50)
     coordinator_slots: int = _opt(16, "group-coordinator slots spread over the gateways (fixed per cluster)", minimum=1)
 
     # Produce path
