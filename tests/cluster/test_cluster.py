@@ -404,3 +404,34 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
             break
         assert time.monotonic() < deadline, f"offsets of the deleted topic remain: {listed.topic_partitions}"
         time.sleep(0.2)
+
+
+def test_sigterm_hands_partitions_over_at_once(cluster, tmp_path):
+    """A clean stop (rolling restart) flushes, revokes its lease and its partitions move
+    without waiting for the lease to run out; nothing acknowledged is lost or doubled."""
+    create_topic(cluster, "rolling", 6)
+    before = cluster.wait_owned("rolling", 6, {0, 1, 2})
+    producer = BackgroundProducer(cluster, "rolling", tmp_path, idempotent=True)
+    try:
+        producer.wait_for(2000)
+        stopping = cluster.gateways[0]
+        stopping.process.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        assert stopping.process.wait(20) == 0
+        owners = cluster.wait_owned("rolling", 6, {1, 2}, timeout=LEASE_MS / 1000 + 10)
+        moved_after = time.monotonic() - stopped_at
+        producer.wait_for(len(producer.acked()) + 2000)
+        stopping.start()  # back, and it takes its share again
+        deadline = time.monotonic() + 20
+        while not any(node == 0 for node, _ in cluster.owners("rolling").values()):
+            assert time.monotonic() < deadline, cluster.owners("rolling")
+            time.sleep(0.1)
+        producer.wait_for(len(producer.acked()) + 2000)
+    finally:
+        acked = producer.stop()
+    assert any(node == 0 for node, _ in before.values())
+    assert moved_after < LEASE_MS / 1000, f"partitions moved only after {moved_after:.1f} s (lease expiry)"
+    moved = [p for p, (node, _) in before.items() if node == 0]
+    assert all(owners[p][1] > before[p][1] for p in moved), (before, owners)  # new leader epochs
+    counts = verify(cluster, "rolling", 6, acked)
+    assert counts["duplicated"] == 0, counts
