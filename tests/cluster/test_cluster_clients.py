@@ -53,3 +53,60 @@ def test_sarama_produces_and_consumes_through_the_cluster(cluster, tmp_path_fact
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["acked"] == list(range(60))
     assert [r["value"] for r in report["records"]] == [f"value {i}" for i in range(60)]
+
+
+def test_kafka_python_and_aiokafka_follow_leaders_across_gateways(cluster):
+    import asyncio  # aiokafka runs on asyncio (this test is a plain function, not a trio one)
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaPythonPartition
+
+    from tests.cluster.test_cluster import create_topic
+
+    create_topic(cluster, "py-cluster", 6)
+    assert len({node for node, _ in cluster.wait_owned("py-cluster", 6, {0, 1, 2}).values()}) == 3
+    producer = KafkaProducer(bootstrap_servers=cluster.gateways[0].bootstrap, acks="all")
+    try:
+        futures = [producer.send("py-cluster", key=b"%d" % i, value=b"kp-%d" % i, partition=i % 6)
+                   for i in range(300)]
+        producer.flush()
+        assert sorted(f.get(10).partition for f in futures) == sorted(i % 6 for i in range(300))
+    finally:
+        producer.close()
+
+    async def aio_round_trip() -> set[bytes]:
+        aio_producer = AIOKafkaProducer(bootstrap_servers=cluster.gateways[1].bootstrap, acks="all")
+        await aio_producer.start()
+        try:
+            for i in range(300):
+                await aio_producer.send_and_wait("py-cluster", value=b"aio-%d" % i, partition=i % 6)
+        finally:
+            await aio_producer.stop()
+        consumer = AIOKafkaConsumer("py-cluster", bootstrap_servers=cluster.gateways[2].bootstrap,
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        seen: set[bytes] = set()
+        try:
+            while len(seen) < 600:
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+                seen |= {m.value for messages in batches.values() for m in messages}
+        finally:
+            await consumer.stop()
+        return seen
+
+    assert asyncio.run(aio_round_trip()) == {b"kp-%d" % i for i in range(300)} | {b"aio-%d" % i for i in range(300)}
+
+    consumer = KafkaConsumer(bootstrap_servers=cluster.gateways[2].bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=10000)
+    try:
+        consumer.assign([KafkaPythonPartition("py-cluster", p) for p in range(6)])
+        consumer.seek_to_beginning()
+        values = set()
+        for message in consumer:
+            values.add(message.value)
+            if len(values) == 600:
+                break
+    finally:
+        consumer.close()
+    assert len(values) == 600
