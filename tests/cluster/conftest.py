@@ -20,8 +20,9 @@ LEASE_MS = 3000
 
 
 class Cluster:
-    def __init__(self, tmp_path, etcd: EtcdServer, s3_server, size: int = 3) -> None:
-        self.etcd = etcd
+    def __init__(self, tmp_path, etcd: EtcdServer, s3_server, size: int = 3, etcd_endpoints: str = "") -> None:
+        self.etcd = etcd  # the member the test reads owners from
+        self.etcd_endpoints = etcd_endpoints or etcd.endpoint
         self.s3 = s3_server  # MotoServer or SeaweedServer
         self.location = s3_server.location()
         self.tmp_path = tmp_path
@@ -30,7 +31,7 @@ class Cluster:
     def _gateway(self, node_id: int) -> GatewayProcess:
         gateway = GatewayProcess(
             self.tmp_path / f"gw{node_id}", "--storage", self.location, *self.s3.gateway_args(),
-            "--node-id", str(node_id), "--etcd-endpoints", self.etcd.endpoint,
+            "--node-id", str(node_id), "--etcd-endpoints", self.etcd_endpoints,
             "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
             "--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG",
         )
@@ -108,7 +109,7 @@ def etcd(tmp_path):
     server.stop()
 
 
-def _running(cluster: Cluster):
+def running(cluster: Cluster):
     try:
         for gateway in cluster.gateways:
             gateway.start()
@@ -119,10 +120,10 @@ def _running(cluster: Cluster):
 
 @pytest.fixture
 def cluster(tmp_path, etcd, moto_server):
-    yield from _running(Cluster(tmp_path, etcd, moto_server))
+    yield from running(Cluster(tmp_path, etcd, moto_server))
 
 
 @pytest.fixture
 def seaweed_cluster(tmp_path, etcd, seaweed_server):
     """The same three gateways on SeaweedFS (another S3 implementation, real SigV4)."""
-    yield from _running(Cluster(tmp_path, etcd, seaweed_server))
+    yield from running(Cluster(tmp_path, etcd, seaweed_server))

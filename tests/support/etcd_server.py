@@ -21,23 +21,33 @@ def etcd_binary() -> str:
 
 
 class EtcdServer:
-    def __init__(self, work_dir: Path) -> None:
-        self.data_dir = work_dir / "etcd-data"
-        self.log_path = work_dir / "etcd.log"
+    """One etcd member; alone by default, or one of a cluster (see :func:`etcd_cluster`)."""
+
+    def __init__(self, work_dir: Path, name: str = "test") -> None:
+        self.name = name
+        self.data_dir = work_dir / f"etcd-data-{name}"
+        self.log_path = work_dir / f"etcd-{name}.log"
         self.client_port = free_port()
         self.peer_port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.client_port}"
+        self.peer = f"http://127.0.0.1:{self.peer_port}"
+        self.initial_cluster = f"{name}={self.peer}"
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 20) -> EtcdServer:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+    def launch(self) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [etcd_binary(), "--name", "test", "--data-dir", str(self.data_dir),
+                [etcd_binary(), "--name", self.name, "--data-dir", str(self.data_dir),
                  "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
-                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                 "--initial-cluster", f"test={peer}"],
+                 "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
+                 "--initial-cluster", self.initial_cluster],
                 stdout=log, stderr=subprocess.STDOUT)
+
+    def start(self, timeout: float = 20) -> EtcdServer:
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def wait_healthy(self, timeout: float = 20) -> EtcdServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -72,3 +82,15 @@ class EtcdServer:
         with urllib.request.urlopen(request, timeout=5) as response:
             kvs = json.loads(response.read()).get("kvs", [])
         return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")) for kv in kvs}
+
+
+def etcd_cluster(work_dir: Path, size: int = 3) -> list[EtcdServer]:
+    """``size`` etcd members forming one cluster (started together: each waits for a quorum)."""
+    members = [EtcdServer(work_dir, f"m{i}") for i in range(size)]
+    initial = ",".join(f"{m.name}={m.peer}" for m in members)
+    for member in members:
+        member.initial_cluster = initial
+        member.launch()
+    for member in members:
+        member.wait_healthy(30)
+    return members
