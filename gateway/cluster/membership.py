@@ -41,6 +41,8 @@ log = logging.getLogger("kafscale.cluster")
 
 # How much earlier than etcd we consider our own lease gone (clock rates, request time).
 LEASE_SAFETY_S = 1.0
+# Ownership changes (etcd transactions, log closes) in flight at once.
+MOVES_IN_FLIGHT = 16
 
 
 class ClusterStartError(RuntimeError):
@@ -221,14 +223,30 @@ class ClusterMember:
             desired = {(GROUP_UNIT, slot): node for slot, node in enumerate(placement.topic(GROUP_UNIT, self.slots))}
             for name, info in topics.items():
                 desired.update(((name, p), node) for p, node in enumerate(placement.topic(name, info.partitions)))
-            for unit, owner in sorted(owners.items()):
-                if owner.node_id == self.node_id and owner.lease == self._lease:
-                    if desired.get(unit) != self.node_id:
-                        await self._release(unit)
-            for unit, node in sorted(desired.items()):
-                if node == self.node_id and unit not in owners:
-                    await self._acquire(unit)
+            giving_up = [(unit, owner) for unit, owner in sorted(owners.items())
+                         if owner.node_id == self.node_id and owner.lease == self._lease
+                         and desired.get(unit) != self.node_id]
+            if giving_up:
+                await self._release(giving_up)
+            claiming = [unit for unit, node in sorted(desired.items()) if node == self.node_id and unit not in owners]
+            await self._each(self._acquire, claiming)
         await self._sync_local()
+
+    async def _each(self, operation, items) -> None:
+        """Run ``operation`` on every item, a bounded number at a time (a join or leave can move
+        many units at once); one failing is logged and retried on the next round."""
+        limiter = trio.CapacityLimiter(MOVES_IN_FLIGHT)
+
+        async def one(item) -> None:
+            async with limiter:
+                try:
+                    await operation(item)
+                except EtcdError as exc:
+                    log.warning("%s %s failed (retried on the next round): %s", operation.__name__, item, exc)
+
+        async with trio.open_nursery() as nursery:
+            for item in items:
+                nursery.start_soon(one, item)
 
     def _placement_for(self, live: tuple[int, ...]) -> Placement:
         if self._placement is None or tuple(self._placement.brokers) != live:
@@ -246,12 +264,22 @@ class ClusterMember:
             for name in before.keys() - after.keys():
                 await self.groups.forget_topic(name)
 
-    async def _release(self, unit: tuple[str, int]) -> None:
-        # Out of the local view first, so no request reloads the log while it closes.
-        self.view.owners.pop(unit, None)
+    async def _release(self, units: list[tuple[tuple[str, int], Owner]]) -> None:
+        # Out of the local view first, so no request reloads a log while it closes; then
+        # flush and close them all; then delete the owner keys, which lets the next owners in.
+        for unit, _ in units:
+            self.view.owners.pop(unit, None)
         await self._sync_local()
+        await self._each(self._delete_owner_key, units)
+
+    async def _delete_owner_key(self, item: tuple[tuple[str, int], Owner]) -> None:
+        unit, owner = item
         key = self._root + "owners/" + _unit_key(unit)
-        await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
+        try:
+            await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
+        except EtcdError:
+            self.view.owners.setdefault(unit, owner)  # still ours in etcd: hand it over next round
+            raise
         self.released += 1
         log.info("handed over %s", _unit_key(unit))
 
@@ -274,9 +302,10 @@ class ClusterMember:
         """Close the logs and forget the groups this gateway no longer owns; load groups of
         slots it now owns (partition logs load on first use)."""
         if self.logs is not None:
-            for partition_log in self.logs.loaded():
-                if not self.owns(partition_log.topic, partition_log.partition):
-                    await self.logs.release(partition_log.topic, partition_log.partition)
+            stale = [each for each in self.logs.loaded() if not self.owns(each.topic, each.partition)]
+            async with trio.open_nursery() as nursery:  # each flushes what it accepted
+                for partition_log in stale:
+                    nursery.start_soon(self.logs.release, partition_log.topic, partition_log.partition)
         if self.groups is not None:
             held = self.groups.owned_slots()
             for slot in range(self.slots):
