@@ -1,5 +1,5 @@
 """Object storage and cluster benchmarks: one gateway and three gateways (etcd) on an
-S3-compatible server (moto), beside Tansu on the same server.
+S3-compatible server (moto; the cluster also on SeaweedFS), beside Tansu on moto.
 
 Measured per setup: produce and consume throughput, produce-ack latency p50/p99,
 object PUTs per GiB written (objects in the bucket after the produce runs, per GiB
@@ -24,6 +24,7 @@ from .broker_bench import ROOT, Broker, _free_port, _load, tansu_binary
 sys.path.insert(0, str(ROOT))
 from tests.support.etcd_server import EtcdServer  # noqa: E402
 from tests.support.s3_server import MotoServer  # noqa: E402
+from tests.support.seaweed_server import SeaweedServer  # noqa: E402
 
 from kafscale.storage_backends import open_store  # noqa: E402
 
@@ -39,8 +40,8 @@ def _etcd_proposals(etcd: EtcdServer | None) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def _objects(moto: MotoServer, bucket: str) -> int:
-    return sum(1 for _ in open_store(f"s3://{bucket}", s3=moto.options()).list(""))
+def _objects(s3, location: str) -> int:
+    return sum(1 for _ in open_store(location, s3=s3.options()).list(""))
 
 
 def _etcd_requests(broker: Broker) -> float:
@@ -64,12 +65,12 @@ def _idle_etcd_rate(name: str, gateways) -> list:
 class Gateways:
     """``count`` Kafscale gateways on one bucket (with etcd when more than one)."""
 
-    def __init__(self, workdir: Path, moto: MotoServer, bucket: str, count: int, etcd: EtcdServer | None) -> None:
+    def __init__(self, workdir: Path, s3, location: str, count: int, etcd: EtcdServer | None) -> None:
         self.brokers = []
         for node in range(count):
             port, http_port = _free_port(), _free_port()
             command = [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port), "--http-port",
-                       str(http_port), "--storage", f"s3://{bucket}/k", *moto.gateway_args(),
+                       str(http_port), "--storage", location, *s3.gateway_args(),
                        "--node-id", str(node), "--log-level", "WARNING"]
             if etcd is not None:
                 command += ["--etcd-endpoints", etcd.endpoint]
@@ -102,7 +103,7 @@ def _tansu(workdir: Path, moto: MotoServer, bucket: str):
                             "--storage-engine", f"s3://{bucket}/"], port, workdir)
 
 
-def measure(name: str, target, moto: MotoServer, bucket: str, etcd: EtcdServer | None) -> list[list]:
+def measure(name: str, target, s3, location: str, etcd: EtcdServer | None) -> list[list]:
     rows = []
     bootstrap = target.bootstrap
     # Topics first, then a pause: in a cluster their partitions are claimed on the next
@@ -115,11 +116,11 @@ def measure(name: str, target, moto: MotoServer, bucket: str, etcd: EtcdServer |
                  "", ""])
     for label, size, count in RUNS:
         topic = f"bench-{size}"
-        objects_before, proposals_before = _objects(moto, bucket), _etcd_proposals(etcd)
+        objects_before, proposals_before = _objects(s3, location), _etcd_proposals(etcd)
         produced = _load("produce", bootstrap, topic, count, size, PARTITIONS)
         proposals = _etcd_proposals(etcd) - proposals_before
         time.sleep(1)  # index objects are written just after the acknowledgements
-        objects = _objects(moto, bucket) - objects_before
+        objects = _objects(s3, location) - objects_before
         gib = produced["bytes"] / 2**30
         consumed = _load("consume", bootstrap, topic, count, PARTITIONS)
         row = [name, f"{label} x {count:,}",
@@ -139,17 +140,20 @@ def run() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         moto = MotoServer(workdir)
+        seaweed = SeaweedServer(workdir)
         try:
-            for name, count in [("kafscale, 1 gateway", 1), ("kafscale, 3 gateways + etcd", 3)]:
-                bucket = moto.create_bucket()
-                etcd = EtcdServer(workdir / f"etcd-{count}") if count > 1 else None
-                if etcd is not None:
-                    (workdir / f"etcd-{count}").mkdir()
-                    etcd.start()
+            setups = [("kafscale, 1 gateway", 1, moto), ("kafscale, 3 gateways + etcd", 3, moto),
+                      ("kafscale, 3 gateways + etcd, SeaweedFS", 3, seaweed)]
+            for number, (name, count, s3) in enumerate(setups):
+                location = s3.location()
+                etcd = None
+                if count > 1:
+                    (workdir / f"etcd-{number}").mkdir()
+                    etcd = EtcdServer(workdir / f"etcd-{number}").start()
                 try:
-                    with Gateways(workdir, moto, bucket, count, etcd) as gateways:
+                    with Gateways(workdir, s3, location, count, etcd) as gateways:
                         print(f"== {name}")
-                        rows += measure(name, gateways, moto, bucket, etcd)
+                        rows += measure(name, gateways, s3, location, etcd)
                         if etcd is not None:
                             rows.append(_idle_etcd_rate(name, gateways))
                 finally:
@@ -161,18 +165,20 @@ def run() -> None:
                 try:
                     with tansu:
                         print("== tansu (S3)")
-                        rows += measure("tansu 0.6, S3", tansu, moto, bucket, None)
+                        rows += measure("tansu 0.6, S3", tansu, moto, f"s3://{bucket}", None)
                 except (RuntimeError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
                     print(f"tansu on S3 failed: {exc}")
                     rows.append(["tansu 0.6, S3", "did not run", str(exc)[:120], "", "", "", "", ""])
         finally:
             moto.stop()
+            seaweed.stop()
     report.save(
         "50-cluster",
-        "Object storage and cluster: S3 (moto) throughput, ack latency, PUTs per GiB, etcd writes",
+        "Object storage and cluster: S3 (moto, SeaweedFS) throughput, ack latency, PUTs per GiB, etcd",
         "python -m bench cluster",
         f"moto 5 S3 server on loopback (every request is real HTTP + SigV4; moto keeps objects in memory, so "
-        f"these figures show the gateway's own cost, not a real S3's latency). Topics of {PARTITIONS} partitions; "
+        f"these figures show the gateway's own cost, not a real S3's latency), and SeaweedFS 4 (`weed mini`, "
+        f"objects on the local disk) for the last Kafscale setup. Topics of {PARTITIONS} partitions; "
         "confluent-kafka in a separate process, acks=all, linger.ms=5, uncompressed; consume from offset 0. "
         "Gateways run the default flush policy (linger 0: a flush starts as soon as the previous one ends, "
         "4 MiB flush_bytes, one segment + one index object per flush per partition). "
