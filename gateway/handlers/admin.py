@@ -9,9 +9,6 @@ from kafscale.protocol.messages import Request
 
 from .base import register, respond
 
-# Every partition has leader epoch 0 on a single gateway (the cluster issue brings epochs).
-LEADER_EPOCH = 0
-
 
 def _create_partitions_error(request: Request, code: ErrorCode):
     return respond(request, dict(results=[dict(name=t.name, error_code=code, error_message=None)
@@ -78,14 +75,20 @@ async def handle_offset_for_leader_epoch(ctx, request: Request):
             except KafkaError as exc:
                 rows.append(dict(error_code=exc.code, partition=part.partition, leader_epoch=-1, end_offset=-1))
                 continue
-            if part.current_leader_epoch > LEADER_EPOCH:
-                rows.append(dict(error_code=ErrorCode.unknown_leader_epoch, partition=part.partition,
-                                 leader_epoch=-1, end_offset=-1))
-            elif part.leader_epoch > LEADER_EPOCH:
-                rows.append(dict(error_code=ErrorCode.none, partition=part.partition, leader_epoch=-1, end_offset=-1))
-            else:  # one epoch so far: it ends at the high watermark
-                rows.append(dict(error_code=ErrorCode.none, partition=part.partition, leader_epoch=LEADER_EPOCH,
-                                 end_offset=partition_log.high_watermark))
+            current = partition_log.epoch
+            if part.current_leader_epoch > current:
+                code = ErrorCode.unknown_leader_epoch  # the client knows a newer leader than we do
+            elif 0 <= part.current_leader_epoch < current:
+                code = ErrorCode.fenced_leader_epoch  # the client's metadata is stale
+            else:
+                code = ErrorCode.none
+            if code != ErrorCode.none or part.leader_epoch > current:
+                rows.append(dict(error_code=code, partition=part.partition, leader_epoch=-1, end_offset=-1))
+            else:
+                # A new owner continues the same log; nothing is ever truncated, so every earlier
+                # epoch "ends" at the high watermark and no consumer position is ever cut off.
+                rows.append(dict(error_code=ErrorCode.none, partition=part.partition,
+                                 leader_epoch=max(part.leader_epoch, 0), end_offset=partition_log.high_watermark))
         topics.append(dict(topic=topic.topic, partitions=rows))
     return respond(request, dict(topics=topics))
 

@@ -182,3 +182,34 @@ async def test_a_client_resetting_its_connection_does_not_stop_the_server(nurser
     await survivor.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 7)
     assert struct.unpack_from(">i", await survivor.receive())[0] == 7
     shutdown.set()
+
+
+async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
+    """KIP-320 answers against the epoch the partition was loaded under (in a cluster, the
+    owner's); the log is never truncated, so a valid epoch always ends at the high watermark."""
+    from kafscale.gateway.cluster.ownership import SoleGateway
+
+    class OwnerAtEpoch3(SoleGateway):
+        def leader(self, topic, partition):
+            return (self.node_id, 3)
+
+    running, shutdown = await _start(nursery)
+    running.context.logs.ownership = OwnerAtEpoch3(0, "127.0.0.1", running.port)
+    client = await connect(running.port)
+    await client.send(0, 9, _produce("ep", build_batch([(None, b"a"), (None, b"b"), (None, b"c")])), 1)
+    await client.receive()
+
+    async def ask(current, epoch):
+        body = build(request_class(23, 4), dict(replica_id=-1, topics=[dict(topic="ep", partitions=[
+            dict(partition=0, current_leader_epoch=current, leader_epoch=epoch)])]))
+        await client.send(23, 4, body, 2)
+        _, answer = decode_response(23, 4, await client.receive())
+        row = answer.topics[0].partitions[0]
+        return row.error_code, row.leader_epoch, row.end_offset
+
+    assert await ask(3, 1) == (ErrorCode.none, 1, 3)
+    assert await ask(-1, 3) == (ErrorCode.none, 3, 3)
+    assert (await ask(2, 1))[0] == ErrorCode.fenced_leader_epoch  # the client's metadata is older
+    assert (await ask(4, 1))[0] == ErrorCode.unknown_leader_epoch  # the client knows a newer leader
+    assert (await ask(3, 5))[1:] == (-1, -1)  # an epoch this partition never had
+    shutdown.set()
