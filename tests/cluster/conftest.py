@@ -19,6 +19,16 @@ from tests.support.gateway_process import GatewayProcess
 LEASE_MS = 3000
 
 
+def wait_until(condition, timeout: float, message, interval: float = 0.1) -> None:
+    """Poll ``condition`` until it holds; after ``timeout`` seconds fail with ``message``
+    (a string, or a callable giving one from the state at that moment)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(message() if callable(message) else message)
+        time.sleep(interval)
+
+
 class Cluster:
     def __init__(self, tmp_path, etcd: EtcdServer, s3_server, size: int = 3, etcd_endpoints: str = "") -> None:
         self.etcd = etcd  # the member the test reads owners from
@@ -59,23 +69,27 @@ class Cluster:
     def coordinator_of_slot(self, slot: int, nodes: set[int], timeout: float = 30) -> int:
         """The node owning a group-coordinator slot, once one of ``nodes`` owns it."""
         key = f"/kafscale/kafscale/owners/~groups/{slot}"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        seen: dict = {}
+
+        def owned() -> bool:
             found = self.etcd.get_prefix(key).get(key)
-            if found is not None and json.loads(found)["node"] in nodes:
-                return json.loads(found)["node"]
-            time.sleep(0.1)
-        raise AssertionError(f"slot {slot} has no owner among {nodes}")
+            seen["node"] = json.loads(found)["node"] if found is not None else None
+            return seen["node"] in nodes
+
+        wait_until(owned, timeout, f"slot {slot} has no owner among {nodes}")
+        return seen["node"]
 
     def wait_owned(self, topic: str, partitions: int, nodes: set[int], timeout: float = 30) -> dict:
-        """Until every partition is owned by one of ``nodes`` (the live gateways)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            owners = self.owners(topic)
-            if len(owners) == partitions and {n for n, _ in owners.values()} <= nodes:
-                return owners
-            time.sleep(0.1)
-        raise AssertionError(f"partitions of {topic} not owned by {nodes}: {self.owners(topic)}")
+        """Until every partition is owned by one of ``nodes`` (the live gateways); returns
+        the owners that satisfied it."""
+        seen: dict = {}
+
+        def settled() -> bool:
+            owners = seen["owners"] = self.owners(topic)
+            return len(owners) == partitions and {n for n, _ in owners.values()} <= nodes
+
+        wait_until(settled, timeout, lambda: f"partitions of {topic} not owned by {nodes}: {seen['owners']}")
+        return seen["owners"]
 
     def segment_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
         """(base, last) offsets of every segment object of a partition, read from the bucket."""

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.conftest import LEASE_MS, ready
+from tests.cluster.conftest import LEASE_MS, ready, wait_until
 
 # Produces forever (acks=all) and writes every acknowledged (partition, offset, value).
 PRODUCER = r"""
@@ -139,32 +139,21 @@ def verify(cluster, topic: str, partitions: int, acked: list) -> dict:
 
 def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster, tmp_path):
     create_topic(cluster, "spread", 6)
-    deadline = time.monotonic() + 15
-    while True:
-        owners = cluster.wait_owned("spread", 6, {0, 1, 2})
-        per_node = [sum(1 for n, _ in owners.values() if n == node) for node in (0, 1, 2)]
-        if per_node == [2, 2, 2]:
-            break
-        assert time.monotonic() < deadline, owners
-        time.sleep(0.1)
+    per_node = lambda: [sum(1 for n, _ in cluster.owners("spread").values() if n == node) for node in (0, 1, 2)]  # noqa: E731
+    wait_until(lambda: per_node() == [2, 2, 2], 15, lambda: cluster.owners("spread"))
+    owners = cluster.wait_owned("spread", 6, {0, 1, 2})
     # Each gateway's own view agrees (its /metrics counts what it leads).
-    deadline = time.monotonic() + 5
-    while [_metric(g, "kafscale_owned_partitions") for g in cluster.gateways] != [2, 2, 2]:
-        assert time.monotonic() < deadline, [_metric(g, "kafscale_owned_partitions") for g in cluster.gateways]
-        time.sleep(0.1)
+    owned = lambda: [_metric(g, "kafscale_owned_partitions") for g in cluster.gateways]  # noqa: E731
+    wait_until(lambda: owned() == [2, 2, 2], 5, lambda: owned())
     assert all(_metric(g, "kafscale_lease_valid") == 1 for g in cluster.gateways)
     # Every gateway answers Metadata with the three gateways and, once its view is
     # refreshed (cluster_refresh_ms), the same leaders as etcd.
     for gateway in cluster.gateways:
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-        deadline = time.monotonic() + 5
-        while True:
-            metadata = admin.list_topics("spread", timeout=10)
-            leaders = {p: m.leader for p, m in metadata.topics["spread"].partitions.items()}
-            if leaders == {p: node for p, (node, _) in owners.items()}:
-                break
-            assert time.monotonic() < deadline, f"{gateway.bootstrap} reports leaders {leaders}, etcd {owners}"
-            time.sleep(0.1)
+        leaders = lambda: {p: m.leader for p, m in admin.list_topics("spread", timeout=10).topics["spread"].partitions.items()}  # noqa: E731
+        wait_until(lambda: leaders() == {p: node for p, (node, _) in owners.items()}, 5,
+                   lambda: f"{gateway.bootstrap} reports leaders {leaders()}, etcd {owners}")
+        metadata = admin.list_topics("spread", timeout=10)
         assert sorted((b.id, b.port) for b in metadata.brokers.values()) == \
             sorted((i, g.port) for i, g in enumerate(cluster.gateways))
     # kcat (librdkafka's C CLI) sees the same cluster.
@@ -249,10 +238,8 @@ def test_gateway_paused_past_its_lease_is_fenced_and_loses_nothing(cluster, tmp_
         victim.process.send_signal(signal.SIGCONT)  # wakes up believing it still owns partitions
         # It notices its lease is gone, joins again and takes back its share.
         cluster.wait_owned("paused", 6, {0, 1, 2})
-        deadline = time.monotonic() + 30
-        while not any(node == 2 for node, _ in cluster.owners("paused").values()):
-            assert time.monotonic() < deadline, "the resumed gateway never took partitions back"
-            time.sleep(0.2)
+        wait_until(lambda: any(node == 2 for node, _ in cluster.owners("paused").values()), 30,
+                   "the resumed gateway never took partitions back")
         producer.wait_for(len(producer.acked()) + 2000)
     finally:
         victim.process.send_signal(signal.SIGCONT)
@@ -271,10 +258,7 @@ def test_etcd_restart_the_gateways_recover(cluster, tmp_path):
         producer.wait_for(1000)
         cluster.etcd.restart(down_s=2.0)
         producer.wait_for(len(producer.acked()) + 2000, timeout=90)
-        deadline = time.monotonic() + 30
-        while not all(ready(g) for g in cluster.gateways):
-            assert time.monotonic() < deadline, "gateways not ready after etcd came back"
-            time.sleep(0.2)
+        wait_until(lambda: all(ready(g) for g in cluster.gateways), 30, "gateways not ready after etcd came back")
     finally:
         acked = producer.stop()
     verify(cluster, "etcd-restart", 3, acked)
@@ -320,13 +304,13 @@ def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path):
         assert len(seen) == 4000, f"consumed {len(seen)} of 4000 after the coordinator died"
         assert cluster.coordinator_of_slot(slot_of(group, 16), survivors) != coordinator
         # Commits land at the new coordinator: the group's committed offsets reach the end.
-        deadline = time.monotonic() + 30
-        while True:
-            committed = consumer.committed([TopicPartition("grouped", p) for p in range(6)], timeout=10)
-            if sum(max(tp.offset, 0) for tp in committed) == 4000:
-                break
-            assert time.monotonic() < deadline, f"committed {committed}"
-            consumer.poll(0.2)
+        committed = lambda: consumer.committed([TopicPartition("grouped", p) for p in range(6)], timeout=10)  # noqa: E731
+
+        def all_committed() -> bool:
+            consumer.poll(0.2)  # keeps the member alive and its auto-commits going
+            return sum(max(tp.offset, 0) for tp in committed()) == 4000
+
+        wait_until(all_committed, 30, lambda: f"committed {committed()}")
     finally:
         consumer.close()
 
@@ -338,10 +322,8 @@ def test_a_joining_gateway_takes_its_share_and_clients_follow(cluster, tmp_path)
     try:
         producer.wait_for(1000)
         cluster.add()
-        deadline = time.monotonic() + 30
-        while sorted(sum(1 for n, _ in cluster.owners("grow").values() if n == node) for node in range(4)) != [2] * 4:
-            assert time.monotonic() < deadline, f"not rebalanced: {cluster.owners('grow')}"
-            time.sleep(0.2)
+        spread = lambda: sorted(sum(1 for n, _ in cluster.owners("grow").values() if n == node) for node in range(4))  # noqa: E731
+        wait_until(lambda: spread() == [2] * 4, 30, lambda: f"not rebalanced: {cluster.owners('grow')}")
         producer.wait_for(len(producer.acked()) + 2000)
     finally:
         acked = producer.stop()
@@ -362,10 +344,8 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     topic = next(t for t in (f"changing-{i}" for i in range(20)) if placement.topic(t, 1)[0] != 0)
     create_topic(cluster, topic, 1)
     expected = placement.topic(topic, 1)[0]
-    deadline = time.monotonic() + 15
-    while cluster.owners(topic).get(0, (None,))[0] != expected:  # the assignment has settled
-        assert time.monotonic() < deadline, cluster.owners(topic)
-        time.sleep(0.1)
+    wait_until(lambda: cluster.owners(topic).get(0, (None,))[0] == expected, 15,  # the assignment has settled
+               lambda: cluster.owners(topic))
     owner = expected
     elsewhere = cluster.gateways[0].bootstrap
     # One record per batch, many batches per request: segments may split between batches.
@@ -397,13 +377,9 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
     assert [(tp.topic, tp.offset) for tp in listed.topic_partitions] == [(topic, 42)]
     admin.delete_topics([topic])[topic].result(10)
-    deadline = time.monotonic() + 10
-    while True:
-        listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
-        if not listed.topic_partitions:
-            break
-        assert time.monotonic() < deadline, f"offsets of the deleted topic remain: {listed.topic_partitions}"
-        time.sleep(0.2)
+    remaining = lambda: admin.list_consumer_group_offsets(  # noqa: E731
+        [ConsumerGroupTopicPartitions(group)])[group].result(10).topic_partitions
+    wait_until(lambda: not remaining(), 10, lambda: f"offsets of the deleted topic remain: {remaining()}")
 
 
 def test_sigterm_hands_partitions_over_at_once(cluster, tmp_path):
@@ -422,10 +398,8 @@ def test_sigterm_hands_partitions_over_at_once(cluster, tmp_path):
         moved_after = time.monotonic() - stopped_at
         producer.wait_for(len(producer.acked()) + 2000)
         stopping.start()  # back, and it takes its share again
-        deadline = time.monotonic() + 20
-        while not any(node == 0 for node, _ in cluster.owners("rolling").values()):
-            assert time.monotonic() < deadline, cluster.owners("rolling")
-            time.sleep(0.1)
+        wait_until(lambda: any(node == 0 for node, _ in cluster.owners("rolling").values()), 20,
+                   lambda: cluster.owners("rolling"))
         producer.wait_for(len(producer.acked()) + 2000)
     finally:
         acked = producer.stop()
