@@ -38,16 +38,13 @@ class EtcdMetadata:
 
     def __init__(self, etcd: EtcdClient, root: str) -> None:
         self._etcd = etcd
-        self.prefix = self._topics_prefix = root + "topics/"
+        self._topics_prefix = root + "topics/"
         self._producer_key = root + "producer_id_block"
         self._topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
         self._producer_block_end = 0
 
     async def load(self) -> None:
-        await self.refresh()
-
-    async def refresh(self) -> None:
         self.replace(await self._etcd.get_prefix(self._topics_prefix))
 
     def replace(self, kvs: list[KeyValue]) -> None:
