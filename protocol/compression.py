@@ -54,7 +54,9 @@ def compress(codec: Compression, data: bytes, *, xerial: bool = False) -> bytes:
 
 
 def decompress(codec: int, data: bytes | memoryview, max_size: int = 1 << 30) -> bytes:
-    """Decompress one batch payload; any failure is a :class:`CompressionError`."""
+    """Decompress one batch payload to at most ``max_size`` bytes; a payload that is
+    corrupt, truncated or inflates beyond the bound is a :class:`CompressionError`
+    (no codec is allowed to allocate past the bound first: decompression bombs)."""
     try:
         if codec == Compression.NONE:
             return bytes(data)
@@ -67,16 +69,17 @@ def decompress(codec: int, data: bytes | memoryview, max_size: int = 1 << 30) ->
                 raise CompressionError("truncated gzip payload")
             return out
         if codec == Compression.SNAPPY:
-            return _snappy_decompress(bytes(data))
+            return _snappy_decompress(bytes(data), max_size)
         if codec == Compression.LZ4:
-            return lz4.frame.decompress(data)
-        if codec == Compression.ZSTD:
-            # decompressobj copes with frames that omit the content size.
-            unpacker = zstandard.ZstdDecompressor().decompressobj()
-            out = unpacker.decompress(data)
-            if not unpacker.eof:
-                raise CompressionError("truncated zstd payload")
+            frame = lz4.frame.LZ4FrameDecompressor()
+            out = frame.decompress(data, max_length=max_size + 1)
+            if len(out) > max_size:
+                raise CompressionError(f"lz4 payload inflates beyond {max_size} bytes")
+            if not frame.eof:
+                raise CompressionError("truncated lz4 payload")
             return out
+        if codec == Compression.ZSTD:
+            return _zstd_decompress(data, max_size)
     except CompressionError:
         raise
     except Exception as exc:  # each library raises its own types; all mean corrupt
@@ -84,13 +87,38 @@ def decompress(codec: int, data: bytes | memoryview, max_size: int = 1 << 30) ->
     raise CompressionError(f"unknown compression codec {codec}")
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+def _zstd_decompress(data: bytes | memoryview, max_size: int) -> bytes:
+    declared = zstandard.frame_content_size(data)
+    if declared > max_size:
+        raise CompressionError(f"zstd payload declares {declared} bytes, beyond {max_size}")
+    if declared < 0:
+        # Streaming encoders (Java's) omit the size: bound a first pass by reading.
+        probe = zstandard.ZstdDecompressor().stream_reader(data).read(max_size + 1)
+        if len(probe) > max_size:
+            raise CompressionError(f"zstd payload inflates beyond {max_size} bytes")
+    # decompressobj copes with frames that omit the content size and reports truncation.
+    unpacker = zstandard.ZstdDecompressor().decompressobj()
+    out = unpacker.decompress(data)
+    if not unpacker.eof:
+        raise CompressionError("truncated zstd payload")
+    return out
+
+
+def _snappy_block(block: bytes, budget: int) -> bytes:
+    size = cramjam.snappy.decompress_raw_len(block)
+    if size > budget:
+        raise CompressionError("snappy payload inflates beyond its bound")
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data: bytes, max_size: int) -> bytes:
     if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_block(data, max_size)
     pos = _XERIAL_HEADER.size
     if len(data) < pos:
         raise CompressionError("truncated xerial snappy header")
     chunks = []
+    total = 0
     while pos < len(data):
         if pos + 4 > len(data):
             raise CompressionError("truncated xerial snappy block length")
@@ -98,7 +126,9 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if size < 0 or pos + size > len(data):
             raise CompressionError("xerial snappy block runs past the payload")
-        chunks.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
+        chunk = _snappy_block(data[pos : pos + size], max_size - total)
+        chunks.append(chunk)
+        total += len(chunk)
         pos += size
     return b"".join(chunks)
 

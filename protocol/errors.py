@@ -18,6 +18,7 @@ __all__ = [
     "UnsupportedVersion",
     "CorruptBatch",
     "CompressionError",
+    "InvalidRecord",
     "SegmentFormatError",
 ]
 
@@ -68,6 +69,15 @@ class CorruptBatch(KafkaError):
 
 class CompressionError(CorruptBatch):
     """A compressed record payload that cannot be decompressed."""
+
+
+class InvalidRecord(CorruptBatch):
+    """Records that decode but contradict their batch header (INVALID_RECORD):
+    a wrong count or offset deltas out of sequence. Not retriable, as in Kafka."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = ErrorCode.invalid_record
 
 
 class SegmentFormatError(Exception):

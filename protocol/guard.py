@@ -6,6 +6,9 @@ element array makes it allocate tens of GiB and abort the process. This walk
 follows the same schema, in Python, and rejects any array, string or bytes
 length that cannot fit in what is left of the frame; only frames that pass
 reach kio. It reads lengths only, so it costs a few microseconds per request.
+
+It also refuses a null (length -1) array or string where the schema does not
+allow one: kio would hand the handlers ``None`` where they expect a sequence.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kio.serial._introspect import (
     PrimitiveTupleField,
     classify_field,
     get_field_tag,
+    is_optional,
 )
 
 from .errors import MalformedFrame
@@ -34,7 +38,7 @@ _FIXED = {
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
-# A plan per entity: (kind, kafka_type, nested entity, tag) for each field.
+# A plan per entity: (kind, kafka_type, nested entity, nullable) for each field.
 _ENTITY, _ENTITY_ARRAY, _PRIMITIVE, _PRIMITIVE_ARRAY = range(4)
 
 
@@ -46,15 +50,16 @@ def _plan(entity_type: type) -> tuple[tuple[tuple, ...], dict[int, tuple]]:
         if item.name.startswith("__"):
             continue
         classified = classify_field(item)
+        nullable = is_optional(item)
         if isinstance(classified, EntityTupleField):
-            step = (_ENTITY_ARRAY, None, classified.type_)
+            step = (_ENTITY_ARRAY, None, classified.type_, nullable)
         elif isinstance(classified, EntityField):
-            step = (_ENTITY, None, classified.type_)
+            step = (_ENTITY, None, classified.type_, nullable)
         elif isinstance(classified, PrimitiveTupleField):
-            step = (_PRIMITIVE_ARRAY, item.metadata["kafka_type"], None)
+            step = (_PRIMITIVE_ARRAY, item.metadata["kafka_type"], None, nullable)
         else:
             assert isinstance(classified, PrimitiveField)
-            step = (_PRIMITIVE, item.metadata["kafka_type"], None)
+            step = (_PRIMITIVE, item.metadata["kafka_type"], None, nullable)
         tag = get_field_tag(item)
         if tag is None:
             regular.append(step)
@@ -125,28 +130,31 @@ def _walk_entity(entity_type: type, cursor: _Cursor) -> None:
             cursor.pos += size
 
 
-def _array_length(cursor: _Cursor, flexible: bool) -> int:
+def _array_length(cursor: _Cursor, flexible: bool, nullable: bool) -> int:
     count = cursor.uvarint() - 1 if flexible else cursor.int32()
+    if count < 0 and not nullable:
+        raise MalformedFrame(f"null array at byte {cursor.pos} where the schema requires one")
     if count > cursor.end - cursor.pos:  # every element takes at least one byte
         raise MalformedFrame(f"array of {count} elements at byte {cursor.pos} cannot fit in the request")
     return count
 
 
 def _walk_step(step: tuple, cursor: _Cursor, flexible: bool) -> None:
-    kind, kafka_type, nested = step
+    kind, kafka_type, nested, nullable = step
     if kind == _PRIMITIVE:
-        _walk_primitive(kafka_type, cursor, flexible)
+        _walk_primitive(kafka_type, cursor, flexible, nullable)
     elif kind == _ENTITY:
         _walk_entity(nested, cursor)
     elif kind == _ENTITY_ARRAY:
-        for _ in range(_array_length(cursor, flexible)):
+        for _ in range(_array_length(cursor, flexible, nullable)):
             _walk_entity(nested, cursor)
     else:
-        for _ in range(_array_length(cursor, flexible)):
-            _walk_primitive(kafka_type, cursor, flexible)
+        # Array elements are never null, whatever the array itself may be.
+        for _ in range(_array_length(cursor, flexible, nullable)):
+            _walk_primitive(kafka_type, cursor, flexible, False)
 
 
-def _walk_primitive(kafka_type: str, cursor: _Cursor, flexible: bool) -> None:
+def _walk_primitive(kafka_type: str, cursor: _Cursor, flexible: bool, nullable: bool) -> None:
     fixed = _FIXED.get(kafka_type)
     if fixed is not None:
         cursor.need(fixed)
@@ -158,6 +166,8 @@ def _walk_primitive(kafka_type: str, cursor: _Cursor, flexible: bool) -> None:
         size = cursor.uvarint() - 1 if flexible else cursor.int32()
     else:
         raise MalformedFrame(f"no length rule for field type {kafka_type}")
+    if size < 0 and not nullable:
+        raise MalformedFrame(f"null {kafka_type} at byte {cursor.pos} where the schema requires one")
     if size > 0:
         cursor.need(size)
         cursor.pos += size

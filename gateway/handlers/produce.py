@@ -72,9 +72,10 @@ async def handle_produce(ctx, request: Request, admitted):
                 results[key] = _partition(part.index, ErrorCode.corrupt_message, message="no records")
                 continue
             try:
-                headers = validate_record_set(records)
-            except CorruptBatch as exc:
-                results[key] = _partition(part.index, ErrorCode.corrupt_message, message=str(exc))
+                # Records may not inflate past what one request may carry.
+                headers = validate_record_set(records, config.max_frame_bytes)
+            except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
+                results[key] = _partition(part.index, exc.code, message=str(exc))
                 continue
             limit = ctx.logs.max_message_bytes(topic.name)
             too_large = next((h for h in headers if h.size > limit), None)
