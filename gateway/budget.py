@@ -1,10 +1,21 @@
-"""A byte budget shared by all connections: request bytes in flight are bounded."""
+"""Memory held for clients: request frames (from their size prefix on) and responses
+until sent, bounded across all connections and per connection.
+
+Each connection draws on the shared :class:`ByteBudget` through its own
+:class:`ConnectionBudget`, which knows everything that connection holds, so
+closing it returns every byte whatever ended the connection (reset, timeout,
+cancellation, a handler error). A connection may not hold more than its share
+while it holds anything, so one client that never reads stalls itself, not
+the others.
+"""
 
 from __future__ import annotations
 
+import contextvars
+
 import trio
 
-__all__ = ["ByteBudget"]
+__all__ = ["ByteBudget", "ConnectionBudget", "RequestMemory", "request_memory"]
 
 
 class ByteBudget:
@@ -13,15 +24,102 @@ class ByteBudget:
         self.used = 0
         self._lot = trio.lowlevel.ParkingLot()
 
-    async def acquire(self, size: int) -> int:
-        """Wait until ``size`` bytes fit; returns what was taken (a frame larger than
-        the whole budget takes all of it, so it can still proceed alone)."""
-        size = min(size, self.capacity)
-        while self.used + size > self.capacity:
-            await self._lot.park()
-        self.used += size
-        return size
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.used, 0)
 
-    def release(self, size: int) -> None:
+    def connection(self, share: int) -> ConnectionBudget:
+        return ConnectionBudget(self, share)
+
+    def _release(self, size: int) -> None:
         self.used -= size
         self._lot.unpark_all()
+
+
+class ConnectionBudget:
+    """One connection's account; :meth:`close` gives back whatever it still holds."""
+
+    def __init__(self, budget: ByteBudget, share: int) -> None:
+        self._budget = budget
+        self.share = share
+        self.held = 0
+        self.closed = False
+
+    def _fits(self, size: int) -> bool:
+        budget = self._budget
+        within_share = self.held == 0 or self.held + size <= self.share
+        return within_share and budget.used + size <= budget.capacity
+
+    async def acquire(self, size: int) -> int:
+        """Wait until ``size`` more bytes fit; returns what was taken. A frame larger than
+        the whole budget takes all of it, so it can still proceed alone."""
+        size = min(size, self._budget.capacity)
+        while not self._fits(size):
+            await self._budget._lot.park()
+        self._take(size)
+        return size
+
+    def available(self) -> int:
+        """Bytes this connection could still be charged without waiting."""
+        return max(min(self._budget.free, self.share - self.held), 0)
+
+    def charge(self, size: int) -> None:
+        """Account for bytes already in memory (a response being built or sent); may go
+        over the budget, which then holds back new requests until it is sent."""
+        self._take(size)
+
+    def _take(self, size: int) -> None:
+        if self.closed:  # a handler still finishing after its connection ended
+            return
+        self.held += size
+        self._budget.used += size
+
+    def release(self, size: int) -> None:
+        size = min(size, self.held)
+        self.held -= size
+        self._budget._release(size)
+
+    def close(self) -> None:
+        self.release(self.held)
+        self.closed = True
+
+
+class RequestMemory:
+    """What one request holds: its frame and whatever its handler charged for the
+    response. Handlers that build large answers (Fetch) size them by :meth:`available`."""
+
+    __slots__ = ("account", "frame", "size")
+
+    def __init__(self, account: ConnectionBudget, frame: int) -> None:
+        self.account = account
+        self.frame = frame  # the request's own bytes
+        self.size = frame  # the frame plus the response charges
+
+    def available(self) -> int:
+        return self.account.available()
+
+    def charge(self, size: int) -> None:
+        self.account.charge(size)
+        self.size += size
+
+    def refund(self, size: int) -> None:
+        size = min(size, self.size)
+        self.account.release(size)
+        self.size -= size
+
+    def settle(self, response: int) -> None:
+        """The encoded response replaces whatever the handler charged while building it."""
+        change = self.frame + response - self.size
+        if change > 0:
+            self.charge(change)
+        else:
+            self.refund(-change)
+
+    def release(self) -> None:
+        self.account.release(self.size)
+        self.size = 0
+
+
+# The memory of the request being handled (set by the connection for each handler task).
+request_memory: contextvars.ContextVar[RequestMemory | None] = contextvars.ContextVar(
+    "request_memory", default=None)

@@ -65,6 +65,11 @@ class GatewayConfig:
     retention_check_interval_ms: int = _opt(300_000, "how often retention deletes old segments", minimum=10)
     auto_create_topics: bool = _opt(True, "create unknown topics on Metadata and Produce, as Kafka does")
     default_partitions: int = _opt(1, "partitions of an auto-created topic", minimum=1)
+    max_partitions_per_topic: int = _opt(
+        10_000, "most partitions one topic may have (more: INVALID_PARTITIONS)", minimum=1)
+    max_partitions: int = _opt(
+        100_000, "most partitions over all topics, the catalog every gateway serves (more: POLICY_VIOLATION)",
+        minimum=1)
 
     # Consumer groups (Kafka's group.* broker settings)
     group_min_session_timeout_ms: int = _opt(6000, "shortest session timeout a member may ask for", minimum=1)
@@ -74,8 +79,20 @@ class GatewayConfig:
 
     # Limits
     max_frame_bytes: int = _opt(100 * 2**20, "largest request frame; bigger ones close the connection", minimum=64)
-    max_inflight_bytes: int = _opt(256 * 2**20, "request bytes in flight across all connections", minimum=1024)
+    max_inflight_bytes: int = _opt(
+        256 * 2**20, "request and unsent response bytes held across all connections", minimum=1024)
+    connection_inflight_bytes: int = _opt(
+        64 * 2**20, "request and unsent response bytes one connection may hold (beyond one request)",
+        minimum=1024)
     max_inflight_requests: int = _opt(64, "pipelined requests in flight per connection", minimum=1)
+    fetch_max_bytes: int = _opt(
+        55 * 2**20, "largest Fetch answer, whatever the client asks (Kafka's fetch.max.bytes); "
+        "the first batch is served even if larger", minimum=1024)
+    connections_max_idle_ms: int = _opt(
+        600_000, "close a connection with no request in flight after this long without one", minimum=1)
+    connection_stall_ms: int = _opt(
+        30_000, "close a connection that stops sending a started request or stops reading its answers "
+        "for this long", minimum=1)
     request_timeout_ms: int = _opt(30_000, "longest a request may take before REQUEST_TIMED_OUT", minimum=1)
     storage_threads: int = _opt(8, "worker threads doing object-store calls", minimum=1)
     cache_bytes: int = _opt(256 * 2**20, "bytes of recent segments kept in memory for fetches", minimum=0)

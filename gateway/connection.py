@@ -6,22 +6,29 @@ their order) and may read ahead up to ``max_inflight_requests``; the writer
 sends each response as soon as it and all earlier ones are ready. Both live in
 the connection's own nursery; a protocol violation closes the connection and
 nothing else.
+
+Memory: a frame's bytes are reserved from the connection's budget as soon as
+its size prefix is read, before the body is buffered; responses are charged
+until sent. Whatever ends the connection, its budget account is closed and
+every byte returns. A connection idle past ``connections_max_idle_ms``, or
+stalled mid-request or mid-response past ``connection_stall_ms``, is closed.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import struct
 import time
 
 import trio
 
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError, MalformedFrame, ProtocolError, UnsupportedVersion
-from kafscale.protocol.framing import FrameDecoder, encode_frame
+from kafscale.protocol.framing import FrameDecoder
 from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
 
-from .budget import ByteBudget
+from .budget import ByteBudget, RequestMemory, request_memory
 from .context import GatewayContext, current_peer
 from .handlers import REGISTRY, Handler
 from .handlers.api_versions import unsupported_version_response
@@ -31,25 +38,32 @@ __all__ = ["Connection"]
 log = logging.getLogger("kafscale.connection")
 
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+_SEND_CHUNK = 1 << 20  # a response goes out in pieces, each under the stall timeout
+_SIZE = struct.Struct(">i")
 
 
 class _Slot:
-    __slots__ = ("size", "payload", "done", "close_after")
+    __slots__ = ("memory", "payload", "done", "close_after")
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, memory: RequestMemory) -> None:
+        self.memory = memory
         self.payload: bytes | None = None
         self.done = trio.Event()
         self.close_after = False
+
+
+class _Closing(Exception):
+    """The connection must close (idle, stalled); the message says why."""
 
 
 class Connection:
     def __init__(self, ctx: GatewayContext, stream: trio.abc.Stream, budget: ByteBudget, peer: str) -> None:
         self.ctx = ctx
         self.stream = stream
-        self.budget = budget
+        self.account = budget.connection(ctx.config.connection_inflight_bytes)
         self.peer = peer
         self.reader_scope = trio.CancelScope()
+        self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
 
     def stop_reading(self) -> None:
         """Graceful shutdown: answer what was read, read nothing more."""
@@ -65,11 +79,31 @@ class Connection:
                         await self._read(send_slots, nursery)
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away
+        except* _Closing as group:
+            log.info("closing connection from %s: %s", self.peer, group.exceptions[0])
         finally:
+            self.account.close()  # every byte this connection held, wherever it stopped
             await trio.aclose_forcefully(self.stream)
+
+    async def _receive(self, decoder: FrameDecoder) -> bytes:
+        """The next bytes from the client; b"" when it closed the connection."""
+        config = self.ctx.config
+        while True:
+            mid_request = decoder.buffered > 0 or decoder.pending_size is not None
+            timeout = config.connection_stall_ms if mid_request else config.connections_max_idle_ms
+            with trio.move_on_after(timeout / 1000):
+                try:
+                    return await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return b""  # the client reset or closed the connection
+            if mid_request:
+                raise _Closing(f"no bytes of a started request for {config.connection_stall_ms} ms")
+            if self.unanswered == 0:
+                raise _Closing(f"idle for {config.connections_max_idle_ms} ms")
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         decoder = FrameDecoder(self.ctx.config.max_frame_bytes)
+        reserved = 0  # budget taken for the frame being assembled
         while True:
             try:
                 frame = decoder.next_frame()
@@ -77,17 +111,19 @@ class Connection:
                 self._violation(exc)
                 return
             if frame is None:
-                try:
-                    data = await self.stream.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return  # the client reset or closed the connection
+                if decoder.pending_size is not None and not reserved:
+                    # Reserve before buffering the body: unfinished frames count too.
+                    reserved = await self.account.acquire(decoder.pending_size)
+                data = await self._receive(decoder)
                 if not data:
                     return
                 self._ack_now()
                 decoder.feed(data)
                 continue
-            size = await self.budget.acquire(len(frame))
-            slot = _Slot(size)
+            if not reserved:
+                reserved = await self.account.acquire(len(frame))
+            slot = _Slot(RequestMemory(self.account, reserved))
+            reserved = 0
             try:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:
@@ -97,22 +133,24 @@ class Connection:
                     slot.payload = encode_response(RequestHeader(18, 0, header.correlation_id),
                                                    unsupported_version_response(exc.api_version))
                     slot.done.set()
-                    await send_slots.send(slot)
+                    await self._queue(send_slots, slot)
                     continue
-                self.budget.release(size)
                 self._violation(exc)
                 return
             except MalformedFrame as exc:
-                self.budget.release(size)
                 self._violation(exc)
                 return
+            del frame
             handler = REGISTRY.get(request.header.api_key)
             if handler is None:
-                self.budget.release(size)
                 self._violation(UnsupportedVersion(request.header.api_key, request.header.api_version))
                 return
-            await send_slots.send(slot)
+            await self._queue(send_slots, slot)
             await nursery.start(self._handle, handler, request, slot)
+
+    async def _queue(self, send_slots, slot: _Slot) -> None:
+        self.unanswered += 1
+        await send_slots.send(slot)
 
     def _ack_now(self) -> None:
         """ACK what we just read instead of delaying it until the response.
@@ -142,6 +180,7 @@ class Connection:
 
         api = handler.api_key.name
         current_peer.set(self.peer.rsplit(":", 1)[0])
+        request_memory.set(slot.memory)
         self.ctx.metrics.requests.labels(api, str(request.header.api_version)).inc()
         started = time.perf_counter()
         if not handler.ordered:
@@ -165,6 +204,9 @@ class Connection:
             admitted()
         try:
             slot.payload = None if body is None else encode_response(request.header, body)
+            del body
+            if slot.payload is not None:
+                slot.memory.settle(len(slot.payload))
         except Exception:
             log.exception("encoding the %s response for %s failed; closing", api, self.peer)
             slot.close_after = True
@@ -174,15 +216,30 @@ class Connection:
     async def _write(self, receive_slots, scope: trio.CancelScope) -> None:
         async with receive_slots:
             async for slot in receive_slots:
-                await slot.done.wait()
                 try:
+                    await slot.done.wait()
                     if slot.close_after:
                         scope.cancel()
                         return
                     if slot.payload is not None:
-                        await self.stream.send_all(encode_frame(slot.payload))
+                        await self._send(slot.payload)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     scope.cancel()
                     return
                 finally:
-                    self.budget.release(slot.size)
+                    slot.payload = None
+                    slot.memory.release()
+                    self.unanswered -= 1
+
+    async def _send(self, payload: bytes) -> None:
+        """Send one response frame in pieces (a large payload is not copied), each piece
+        under the stall timeout, so a client that stops reading is found out."""
+        view = memoryview(payload)
+        pieces = [_SIZE.pack(len(view)) + view[:_SEND_CHUNK]]
+        pieces += [view[start:start + _SEND_CHUNK] for start in range(_SEND_CHUNK, len(view), _SEND_CHUNK)]
+        stall = self.ctx.config.connection_stall_ms / 1000
+        for piece in pieces:
+            with trio.move_on_after(stall) as scope:
+                await self.stream.send_all(piece)
+            if scope.cancelled_caught:
+                raise _Closing(f"the client took none of a response for {self.ctx.config.connection_stall_ms} ms")

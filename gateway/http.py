@@ -21,9 +21,18 @@ async def _ready(ctx: GatewayContext) -> tuple[bool, str]:
     lease_valid = getattr(ctx.ownership, "lease_valid", None)
     if lease_valid is not None and not lease_valid():
         return False, "no valid etcd lease (etcd unreachable or this gateway was paused)"
+    store = ctx.logs.store
     with trio.move_on_after(2) as scope:
         try:
-            await ctx.logs.store.list(f"{ctx.config.namespace}/{META_PREFIX}/")
+            await store.list(f"{ctx.config.namespace}/{META_PREFIX}/")
+            if store.write_failure is not None:
+                # Writes were failing: try one (only then, so a healthy gateway's probes cost
+                # no PUTs) and stay unready until the store takes writes again.
+                failure = store.write_failure
+                try:
+                    await store.put(f"{ctx.config.namespace}/{META_PREFIX}/readyz-probe", b"ok", durable=False)
+                except Exception:
+                    return False, f"object store writes are failing: {failure}"
         except Exception as exc:
             return False, f"object store unavailable: {exc}"
     if scope.cancelled_caught:

@@ -23,11 +23,13 @@ __all__ = ["LogManager", "validate_topic_name"]
 
 log = logging.getLogger("kafscale.logs")
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_YIELD_EVERY = 1000  # partitions handled between checkpoints in whole-catalog loops
 
 
 def validate_topic_name(name: str | None) -> None:
-    if not name or not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+    # fullmatch: "$" would also match before a final newline ("abc\n").
+    if not name or not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
         raise KafkaError(ErrorCode.invalid_topic_exception, f"invalid topic name {name!r}")
 
 
@@ -42,6 +44,8 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        self._catalog: dict[str, TopicInfo] | None = None  # the metadata store's dict, as last seen
+        self._served: dict[str, TopicInfo] = {}
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Owns the flusher tasks and the retention task; returns after :meth:`close`."""
@@ -75,6 +79,8 @@ class LogManager:
             retention_ms = int_config(info.configs, "retention.ms")
             retention_bytes = int_config(info.configs, "retention.bytes")
             for partition in range(info.partitions):
+                if partition % _YIELD_EVERY == 0:
+                    await trio.lowlevel.checkpoint()
                 if not self.ownership.owns(info.name, partition):
                     continue  # its owner enforces it
                 try:
@@ -97,7 +103,24 @@ class LogManager:
                 partition_log.reconfigure(self.settings_for(info))
 
     async def add_partitions(self, name: str, count: int) -> TopicInfo:
+        info = self.topics().get(name)
+        self.check_partition_count(name, count, info.partitions if info else 0)
         return await self.metadata.update_topic(name, partitions=count)
+
+    def check_partition_count(self, name: str, partitions: int, current: int = 0) -> None:
+        """Refuse a topic of ``partitions`` (now ``current``) beyond the configured limits:
+        every gateway serves Metadata, placement and retention over the whole catalog."""
+        if partitions < 1:
+            raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be >= 1, got {partitions}")
+        limit = self.config.max_partitions_per_topic
+        if partitions > limit:
+            raise KafkaError(ErrorCode.invalid_partitions,
+                             f"{partitions} partitions exceed max_partitions_per_topic {limit}")
+        total = sum(info.partitions for info in self.topics().values()) + partitions - current
+        if total > self.config.max_partitions:
+            raise KafkaError(ErrorCode.policy_violation,
+                             f"{name!r} would bring the cluster to {total} partitions, "
+                             f"beyond max_partitions {self.config.max_partitions}")
 
     async def delete_records(self, name: str, partition: int, offset: int) -> int:
         partition_log = await self.get(name, partition)
@@ -107,12 +130,24 @@ class LogManager:
         return log_start
 
     def topics(self) -> dict[str, TopicInfo]:
-        return self.metadata.topics()
+        """The topics this gateway serves: the catalog without any topic over
+        max_partitions_per_topic (stored by an older version or with a higher limit),
+        which would make Metadata and retention unbounded. Recomputed only when the
+        metadata store replaces its dict (it never mutates one in place)."""
+        catalog = self.metadata.topics()
+        if catalog is not self._catalog:
+            limit = self.config.max_partitions_per_topic
+            self._served = {name: info for name, info in catalog.items() if info.partitions <= limit}
+            for name in catalog.keys() - self._served.keys():
+                if self._catalog is None or name not in self._catalog:
+                    log.error("not serving topic %r: its %d partitions exceed max_partitions_per_topic %d "
+                              "(raise the limit, or delete the topic)", name, catalog[name].partitions, limit)
+            self._catalog = catalog
+        return self._served
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
         validate_topic_name(name)
-        if partitions < 1:
-            raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be >= 1, got {partitions}")
+        self.check_partition_count(name, partitions)
         return await self.metadata.create_topic(name, partitions, configs or {})
 
     async def ensure_topic(self, name: str) -> TopicInfo | None:
@@ -124,13 +159,12 @@ class LogManager:
         return info
 
     async def delete_topic(self, name: str) -> TopicInfo | None:
+        """Delete a topic (also one not served for its size, so an operator can remove it)."""
         info = await self.metadata.delete_topic(name)
         if info is None:
             return None
-        for partition in range(info.partitions):
-            partition_log = self._logs.pop((name, partition), None)
-            if partition_log is not None:
-                await partition_log.close()
+        for key in [key for key in self._logs if key[0] == name]:
+            await self._logs.pop(key).close()
         prefix = topic_prefix(self.config.namespace, name)
         self.cache.discard_prefix(prefix)
         for item in await self.store.list(prefix):

@@ -38,7 +38,7 @@ class Metrics:
             "kafscale_group_rebalances_total", "Consumer-group rebalances started", registry=self.registry
         )
         self.inflight_bytes = Gauge(
-            "kafscale_inflight_request_bytes", "Request bytes being processed", registry=self.registry
+            "kafscale_inflight_request_bytes", "Request and unsent response bytes held for clients", registry=self.registry
         )
 
     def watch_cluster(self, member, etcd) -> None:

@@ -41,6 +41,7 @@ class Running:
     port: int
     http_port: int | None
     context: GatewayContext
+    budget: ByteBudget  # memory held for clients (tests check it returns to zero)
 
 
 async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -101,6 +102,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             raise StartupError(str(exc)) from exc
     ctx = GatewayContext(config, logs, metrics, groups)
     budget = ByteBudget(config.max_inflight_bytes)
+    metrics.inflight_bytes.set_function(lambda: budget.used)
     connections: set[Connection] = set()
 
     http_listeners = []
@@ -146,7 +148,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             log.info("serving Kafka on %s:%d (advertised %s:%d), storage %s, http %s",
                      config.host, port, *config.advertised, backend.describe(),
                      f"{config.http_host}:{http_port}" if http_port else "off")
-            task_status.started(Running(port, http_port, ctx))
+            task_status.started(Running(port, http_port, ctx, budget))
             await shutdown.wait()
 
             log.info("shutting down: no new connections or requests; flushing accepted data")

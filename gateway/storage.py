@@ -11,7 +11,7 @@ from functools import partial
 
 import trio
 
-from kafscale.storage_backends import ObjectInfo, ObjectStore
+from kafscale.storage_backends import ObjectExists, ObjectInfo, ObjectStore, StorageError
 
 __all__ = ["AsyncStore"]
 
@@ -20,6 +20,9 @@ class AsyncStore:
     def __init__(self, store: ObjectStore, threads: int) -> None:
         self.sync = store
         self._limiter = trio.CapacityLimiter(threads)
+        # The error of the last write while writes fail (disk full, permission denied,
+        # store down); None once one succeeds. /readyz reports it.
+        self.write_failure: str | None = None
 
     def describe(self) -> str:
         return self.sync.describe()
@@ -28,10 +31,21 @@ class AsyncStore:
         return await trio.to_thread.run_sync(partial(function, *args, **kwargs), limiter=self._limiter)
 
     async def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
-        await self._run(self.sync.put, key, data, durable=durable)
+        await self._write(self.sync.put, key, data, durable=durable)
 
     async def put_if_absent(self, key: str, data: bytes) -> None:
-        await self._run(self.sync.put_if_absent, key, data)
+        await self._write(self.sync.put_if_absent, key, data)
+
+    async def _write(self, function, *args, **kwargs) -> None:
+        try:
+            await self._run(function, *args, **kwargs)
+        except ObjectExists:
+            self.write_failure = None  # the store answered: a lost race, not a failure
+            raise
+        except StorageError as exc:
+            self.write_failure = str(exc) or type(exc).__name__
+            raise
+        self.write_failure = None
 
     async def get(self, key: str) -> bytes:
         return await self._run(self.sync.get, key)

@@ -36,6 +36,12 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames."""
         return len(self._buffer)
 
+    @property
+    def pending_size(self) -> int | None:
+        """Body size of the frame being assembled, once its size prefix has been read
+        (so a server can reserve memory before buffering the body), else ``None``."""
+        return self._need
+
     def next_frame(self) -> bytes | None:
         """Return the next complete frame, or ``None`` if more data is needed.
 

@@ -71,6 +71,7 @@ class ClusterMember:
                                 retry_s=min(1.0, self._refresh_s))
         self._known_topics: dict = {}
         self._placement: Placement | None = None
+        self._desired_for: tuple[tuple[int, ...], dict, dict] | None = None
         self.logs = None  # LogManager, attached by the server
         self.groups = None  # GroupCoordinator, attached by the server
         self.acquired = 0
@@ -214,15 +215,12 @@ class ClusterMember:
     async def reconcile(self) -> None:
         """One round on the current view: follow topic changes, give up and claim units,
         align local state. Reads nothing from etcd; writes only what moves."""
-        topics = self._metadata.topics()
+        topics = self.logs.topics() if self.logs is not None else self._metadata.topics()
         await self._follow_topic_changes(self._known_topics, topics)
         self._known_topics = topics
         brokers, owners = self.view.brokers, dict(self.view.owners)
         if self.lease_valid() and self.node_id in brokers:
-            placement = self._placement_for(tuple(sorted(brokers)))
-            desired = {(GROUP_UNIT, slot): node for slot, node in enumerate(placement.topic(GROUP_UNIT, self.slots))}
-            for name, info in topics.items():
-                desired.update(((name, p), node) for p, node in enumerate(placement.topic(name, info.partitions)))
+            desired = await self._desired(tuple(sorted(brokers)), topics)
             giving_up = [(unit, owner) for unit, owner in sorted(owners.items())
                          if owner.node_id == self.node_id and owner.lease == self._lease
                          and desired.get(unit) != self.node_id]
@@ -247,6 +245,19 @@ class ClusterMember:
         async with trio.open_nursery() as nursery:
             for item in items:
                 nursery.start_soon(one, item)
+
+    async def _desired(self, live: tuple[int, ...], topics: dict) -> dict:
+        """Every unit's owner under the placement of ``live``; computed again only when the
+        gateways or the topics change (it is O(partitions)), yielding as it goes."""
+        if self._desired_for is not None and self._desired_for[0] == live and self._desired_for[1] is topics:
+            return self._desired_for[2]
+        placement = self._placement_for(live)
+        desired = {(GROUP_UNIT, slot): node for slot, node in enumerate(placement.topic(GROUP_UNIT, self.slots))}
+        for name, info in topics.items():
+            await trio.lowlevel.checkpoint()
+            desired.update(((name, p), node) for p, node in enumerate(placement.topic(name, info.partitions)))
+        self._desired_for = (live, topics, desired)
+        return desired
 
     def _placement_for(self, live: tuple[int, ...]) -> Placement:
         if self._placement is None or tuple(self._placement.brokers) != live:

@@ -3,6 +3,8 @@ DescribeCluster (60), DescribeLogDirs (35)."""
 
 from __future__ import annotations
 
+import trio
+
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
@@ -29,8 +31,12 @@ async def handle_create_partitions(ctx, request: Request):
             code, message = ErrorCode.invalid_replica_assignment, "one assignment per new partition"
         else:
             code, message = ErrorCode.none, None
-            if not request.body.validate_only:
-                await ctx.logs.add_partitions(topic.name, topic.count)
+            try:
+                ctx.logs.check_partition_count(topic.name, topic.count, info.partitions)
+                if not request.body.validate_only:
+                    await ctx.logs.add_partitions(topic.name, topic.count)
+            except KafkaError as exc:
+                code, message = exc.code, str(exc)
         results.append(dict(name=topic.name, error_code=code, error_message=message))
     return respond(request, dict(results=results))
 
@@ -112,6 +118,8 @@ async def handle_describe_log_dirs(ctx, request: Request):
     for name, partitions in wanted:
         rows = []
         for partition in partitions:
+            if partition % 1000 == 999:
+                await trio.lowlevel.checkpoint()
             try:
                 partition_log = await ctx.logs.get(name, partition)
             except KafkaError:

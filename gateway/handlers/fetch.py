@@ -1,5 +1,12 @@
 """Fetch (1): byte-exact stored batches, with max_wait/min_bytes honoured across all
-partitions of the request in one wait that wakes when any of them gets new data."""
+partitions of the request in one wait that wakes when any of them gets new data.
+
+An answer is capped by the request's max_bytes and the gateway's fetch_max_bytes
+(the first batch is served even if larger, as Kafka does), and by the memory
+budget: bytes read are charged to the connection as they are collected, so many
+large fetches at once (or one client pipelining them) wait for memory instead of
+exhausting it.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +17,19 @@ from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..budget import RequestMemory, request_memory
 from .base import register, respond
 
 
 def _targets(ctx, request: Request):
     """(topic name or None, topic id, topic entry) for each requested topic."""
-    by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
+    by_id: dict | None = None
     for topic in request.body.topics:
         topic_id = getattr(topic, "topic_id", None)
         name = getattr(topic, "topic", None)
         if name is None and topic_id is not None:
+            if by_id is None:
+                by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
             name = by_id.get(topic_id)
         yield name, topic_id, topic
 
@@ -44,14 +54,17 @@ async def handle_fetch(ctx, request: Request):
     body = request.body
     max_wait = max(to_millis(body.max_wait), 0) / 1000
     deadline = trio.current_time() + min(max_wait, ctx.config.request_timeout_ms / 1000)
-    max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    max_bytes = min(body.max_bytes, ctx.config.fetch_max_bytes) if body.max_bytes > 0 else ctx.config.fetch_max_bytes
     min_bytes = max(body.min_bytes, 0)
     targets = list(_targets(ctx, request))
+    memory = request_memory.get()
 
     while True:
-        responses, total, errors, logs = await _collect(ctx, targets, max_bytes)
+        responses, total, errors, logs = await _collect(ctx, targets, max_bytes, memory)
         if total >= min_bytes or errors or trio.current_time() >= deadline:
             break
+        if memory is not None:
+            memory.refund(total)  # this answer is dropped; the next collection charges again
         woken = trio.Event()
         for partition_log in logs:
             partition_log.add_waiter(woken)
@@ -66,7 +79,7 @@ async def handle_fetch(ctx, request: Request):
     return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=responses))
 
 
-async def _collect(ctx, targets, max_bytes: int):
+async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
     responses = []
     total = 0
     errors = False
@@ -88,17 +101,20 @@ async def _collect(ctx, targets, max_bytes: int):
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
             records = b""
-            if total < max_bytes:
+            room = max_bytes - total if memory is None else min(max_bytes - total, memory.available())
+            if room > 0:
                 try:
                     records = await partition_log.read(
                         part.fetch_offset,
-                        min(max(part.partition_max_bytes, 0), max_bytes - total),
+                        min(max(part.partition_max_bytes, 0), room),
                         allow_oversize=total == 0,
                     )
                 except KafkaError as exc:
                     partitions.append(_partition(part.partition, exc.code, high_watermark, log_start))
                     errors = True
                     continue
+            if memory is not None:
+                memory.charge(len(records))
             total += len(records)
             partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records))
         responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import trio
+
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
@@ -19,8 +21,12 @@ def _partition_entry(ctx, topic: str, partition: int) -> dict:
                 replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
 
 
-def _topic_entry(ctx, info) -> dict:
-    partitions = [_partition_entry(ctx, info.name, p) for p in range(info.partitions)]
+async def _topic_entry(ctx, info) -> dict:
+    partitions = []
+    for partition in range(info.partitions):
+        if partition % 1000 == 999:  # a large catalog must not hold the event loop
+            await trio.lowlevel.checkpoint()
+        partitions.append(_partition_entry(ctx, info.name, partition))
     return dict(error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False,
                 partitions=partitions)
 
@@ -48,7 +54,8 @@ async def handle_metadata(ctx, request: Request):
     all_topics = requested is None or (version == 0 and not requested)
     known = ctx.logs.topics()
     if all_topics:
-        return _response(ctx, request, [_topic_entry(ctx, info) for info in sorted(known.values(), key=lambda i: i.name)])
+        return _response(ctx, request, [await _topic_entry(ctx, info)
+                                        for info in sorted(known.values(), key=lambda i: i.name)])
     by_id = {info.topic_id: info for info in known.values()}
     allow_create = getattr(body, "allow_auto_topic_creation", True)
     entries = []
@@ -57,7 +64,8 @@ async def handle_metadata(ctx, request: Request):
         topic_id = getattr(wanted, "topic_id", None)
         if name is None and topic_id is not None and topic_id.int != 0:
             info = by_id.get(topic_id)
-            entries.append(_topic_entry(ctx, info) if info else _error_topic(None, topic_id, ErrorCode.unknown_topic_id))
+            entries.append(await _topic_entry(ctx, info) if info
+                           else _error_topic(None, topic_id, ErrorCode.unknown_topic_id))
             continue
         info = known.get(name)
         if info is None and allow_create:
@@ -69,5 +77,5 @@ async def handle_metadata(ctx, request: Request):
         if info is None:
             entries.append(_error_topic(name, None, ErrorCode.unknown_topic_or_partition))
         else:
-            entries.append(_topic_entry(ctx, info))
+            entries.append(await _topic_entry(ctx, info))
     return _response(ctx, request, entries)

@@ -8,11 +8,11 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..logs import validate_topic_name
 from ..topic_configs import validate_topic_configs
 from .base import register, respond
 
 log = logging.getLogger("kafscale.handlers.topics")
-
 
 
 def _create_entry(name, code: ErrorCode, message: str | None = None, info=None) -> dict:
@@ -58,14 +58,11 @@ async def _create_one(ctx, topic, validate_only: bool) -> dict:
         validate_topic_configs({item.name: item.value for item in topic.configs})
     except KafkaError as exc:
         return _create_entry(name, exc.code, str(exc))
-    if name in ctx.logs.topics():
+    if name in ctx.logs.metadata.topics():  # also a topic not served for its size
         return _create_entry(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")
     try:
-        if partitions < 1:
-            raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be >= 1, got {partitions}")
-        from ..logs import validate_topic_name
-
         validate_topic_name(name)
+        ctx.logs.check_partition_count(name, partitions)
         if validate_only:
             return _create_entry(name, ErrorCode.none)
         info = await ctx.logs.create_topic(name, partitions, configs)
@@ -92,7 +89,7 @@ def _delete_error(request: Request, code: ErrorCode):
 async def handle_delete_topics(ctx, request: Request):
     responses = []
     for name, topic_id in _delete_targets(request):
-        topics = ctx.logs.topics()
+        topics = ctx.logs.metadata.topics()  # a topic not served for its size can still be deleted
         if name is None and topic_id is not None:
             name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
             if name is None:
