@@ -28,6 +28,8 @@ from kafscale.protocol.errors import ErrorCode, KafkaError, MalformedFrame, Prot
 from kafscale.protocol.framing import FrameDecoder
 from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
 
+from kafscale.storage_backends import StorageError
+
 from .budget import ByteBudget, RequestMemory, request_memory
 from .context import GatewayContext, current_peer
 from .handlers import REGISTRY, Handler
@@ -85,25 +87,30 @@ class Connection:
             self.account.close()  # every byte this connection held, wherever it stopped
             await trio.aclose_forcefully(self.stream)
 
-    async def _receive(self, decoder: FrameDecoder) -> bytes:
-        """The next bytes from the client; b"" when it closed the connection."""
+    async def _receive(self, request_deadline: float | None) -> bytes:
+        """The next bytes from the client; b"" when it closed the connection. A started
+        request must be complete by ``request_deadline``; between requests the connection
+        may stay idle for ``connections_max_idle_ms`` while nothing of it is unanswered."""
         config = self.ctx.config
         while True:
-            mid_request = decoder.buffered > 0 or decoder.pending_size is not None
-            timeout = config.connection_stall_ms if mid_request else config.connections_max_idle_ms
-            with trio.move_on_after(timeout / 1000):
+            deadline = request_deadline
+            if deadline is None:
+                deadline = trio.current_time() + config.connections_max_idle_ms / 1000
+            with trio.move_on_at(deadline):
                 try:
                     return await self.stream.receive_some(65536)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return b""  # the client reset or closed the connection
-            if mid_request:
-                raise _Closing(f"no bytes of a started request for {config.connection_stall_ms} ms")
+            if request_deadline is not None:
+                raise _Closing(f"a request not complete {config.connection_stall_ms} ms after it started")
             if self.unanswered == 0:
                 raise _Closing(f"idle for {config.connections_max_idle_ms} ms")
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         decoder = FrameDecoder(self.ctx.config.max_frame_bytes)
+        stall = self.ctx.config.connection_stall_ms / 1000
         reserved = 0  # budget taken for the frame being assembled
+        request_deadline: float | None = None  # when the started request must be complete
         while True:
             try:
                 frame = decoder.next_frame()
@@ -112,14 +119,19 @@ class Connection:
                 return
             if frame is None:
                 if decoder.pending_size is not None and not reserved:
-                    # Reserve before buffering the body: unfinished frames count too.
+                    # Reserve before buffering the body: unfinished frames count too. Time
+                    # spent waiting for memory is ours, not the client's.
                     reserved = await self.account.acquire(decoder.pending_size)
-                data = await self._receive(decoder)
+                    request_deadline = None
+                if request_deadline is None and (decoder.buffered or decoder.pending_size is not None):
+                    request_deadline = trio.current_time() + stall
+                data = await self._receive(request_deadline)
                 if not data:
                     return
                 self._ack_now()
                 decoder.feed(data)
                 continue
+            request_deadline = None
             if not reserved:
                 reserved = await self.account.acquire(len(frame))
             slot = _Slot(RequestMemory(self.account, reserved))
@@ -196,6 +208,9 @@ class Connection:
             body = handler.error(request, ErrorCode.request_timed_out)
         except KafkaError as exc:
             body = handler.error(request, exc.code)
+        except StorageError as exc:  # the store failed (full, down, refused): retriable for clients
+            log.warning("%s v%d from %s: object store error: %s", api, request.header.api_version, self.peer, exc)
+            body = handler.error(request, ErrorCode.kafka_storage_error)
         except Exception:
             log.exception("%s v%d from %s failed", api, request.header.api_version, self.peer)
             self.ctx.metrics.request_errors.labels(api).inc()

@@ -293,10 +293,9 @@ def _decode_headers(
         key_len, pos = read_varint(payload, pos)
         if key_len < 0 or pos + key_len > limit:
             raise CorruptBatch("bad record header key length")
-        try:
-            key = payload[pos : pos + key_len].decode()
-        except UnicodeDecodeError:
-            raise CorruptBatch("record header key is not UTF-8") from None
+        # As Java's clients do: malformed UTF-8 becomes U+FFFD, not an unreadable batch
+        # (the broker never checks header keys, so such batches exist in real logs).
+        key = payload[pos : pos + key_len].decode(errors="replace")
         pos += key_len
         value_len, pos = read_varint(payload, pos)
         if value_len < 0:

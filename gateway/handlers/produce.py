@@ -44,16 +44,19 @@ async def handle_produce(ctx, request: Request, admitted):
 
     # Phase 1 (no awaits between validation and append, so offsets follow arrival order
     # except for topic auto-creation, which happens before any append of this request).
+    unusable: dict[str, KafkaError] = {}  # topics that could not be created, and why
     for topic in body.topic_data:
         if topic.name not in ctx.logs.topics():
             try:
                 await ctx.logs.ensure_topic(topic.name)
-            except KafkaError:
-                pass  # answered per partition below
+            except KafkaError as exc:
+                unusable[topic.name] = exc  # answered per partition below
     logs = {}
     for topic in body.topic_data:
         for part in topic.partition_data:
             try:
+                if topic.name in unusable:
+                    raise unusable[topic.name]
                 logs[(topic.name, part.index)] = await ctx.logs.get(topic.name, part.index)
             except KafkaError as exc:
                 logs[(topic.name, part.index)] = exc

@@ -1,24 +1,21 @@
 """The server in-process (trio, real TCP on loopback, memory storage): pipelining,
 ordering, backpressure limits and graceful shutdown."""
 
-import datetime
 import struct
 
 import pytest
 import trio
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.static.primitive import Records
 
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.server import StartupError, serve
-from kafscale.protocol import ErrorCode, FrameDecoder, build_batch, encode_frame
+from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
-from kafscale.protocol.messages import RequestHeader, decode_response, encode_request, request_class
-
-
-def _config(**overrides):
-    return GatewayConfig(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
+from kafscale.protocol.messages import decode_response, request_class
+from tests.support.wire_client import Client
+from tests.support.wire_client import config as _config
+from tests.support.wire_client import fetch as _fetch
+from tests.support.wire_client import produce as _produce
 
 
 async def _start(nursery, **overrides):
@@ -38,40 +35,7 @@ async def _close_clients():
 
 
 async def connect(port):
-    client = Client(await trio.open_tcp_stream("127.0.0.1", port))
-    _open_clients.append(client.stream)
-    return client
-
-
-class Client:
-    def __init__(self, stream):
-        self.stream = stream
-        self.decoder = FrameDecoder()
-
-    async def send(self, api_key, version, body, correlation_id):
-        await self.stream.send_all(encode_frame(encode_request(RequestHeader(api_key, version, correlation_id, "t"), body)))
-
-    async def receive(self):
-        while (frame := self.decoder.next_frame()) is None:
-            data = await self.stream.receive_some(65536)
-            if not data:
-                return None
-            self.decoder.feed(data)
-        return frame
-
-
-def _produce(topic, records, acks=-1):
-    return ProduceRequest(transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
-                          topic_data=(TopicProduceData(name=topic, partition_data=(
-                              PartitionProduceData(index=0, records=Records(records)),)),))
-
-
-def _fetch(topic, offset, max_wait_ms):
-    return build(request_class(1, 12), dict(
-        replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-        session_epoch=-1, topics=[dict(topic=topic, partitions=[dict(
-            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+    return await Client.connect(port, _open_clients)
 
 
 async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nursery):

@@ -1,0 +1,68 @@
+"""A raw Kafka wire client for in-process server tests: frames and kio bodies, no client
+library in between, so tests can send what no well-behaved client would."""
+
+from __future__ import annotations
+
+import datetime
+
+import trio
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import Records
+
+from kafscale.gateway.config import GatewayConfig
+from kafscale.protocol import FrameDecoder, encode_frame
+from kafscale.protocol.entities import build
+from kafscale.protocol.messages import RequestHeader, decode_response, encode_request, request_class
+
+
+def config(**overrides) -> GatewayConfig:
+    return GatewayConfig(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
+
+
+class Client:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+
+    @classmethod
+    async def connect(cls, port: int, opened: list | None = None) -> Client:
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port))
+        if opened is not None:
+            opened.append(client.stream)
+        return client
+
+    async def send(self, api_key, version, body, correlation_id):
+        frame = encode_request(RequestHeader(api_key, version, correlation_id, "t"), body)
+        await self.stream.send_all(encode_frame(frame))
+
+    async def receive(self):
+        """The next response frame, or None once the server closed the connection."""
+        while (frame := self.decoder.next_frame()) is None:
+            try:
+                data = await self.stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                return None
+            if not data:
+                return None
+            self.decoder.feed(data)
+        return frame
+
+    async def call(self, api_key, version, body, correlation_id=1):
+        await self.send(api_key, version, body, correlation_id)
+        payload = await self.receive()
+        assert payload is not None, "the server closed the connection instead of answering"
+        return decode_response(api_key, version, payload)[1]
+
+
+def produce(topic, records, acks=-1, partition=0):
+    return ProduceRequest(transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
+                          topic_data=(TopicProduceData(name=topic, partition_data=(
+                              PartitionProduceData(index=partition, records=Records(records)),)),))
+
+
+def fetch(topic, offset, max_wait_ms, max_bytes=1 << 20, partition_max_bytes=1 << 20):
+    return build(request_class(1, 12), dict(
+        replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[dict(topic=topic, partitions=[dict(
+            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=partition_max_bytes)])], forgotten_topics_data=[], rack_id=""))
