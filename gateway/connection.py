@@ -224,6 +224,7 @@ class Connection:
                 slot.memory.settle(len(slot.payload))
         except Exception:
             log.exception("encoding the %s response for %s failed; closing", api, self.peer)
+            self.ctx.metrics.request_errors.labels(api).inc()
             slot.close_after = True
         self.ctx.metrics.request_seconds.labels(api).observe(time.perf_counter() - started)
         slot.done.set()

@@ -12,7 +12,9 @@ from .base import register, respond
 
 
 def _join_error(request: Request, code: ErrorCode):
-    return respond(request, dict(error_code=code, generation_id=-1, protocol_type=None, protocol_name=None,
+    # protocol_name is nullable from v7 only.
+    protocol_name = None if request.header.api_version >= 7 else ""
+    return respond(request, dict(error_code=code, generation_id=-1, protocol_type=None, protocol_name=protocol_name,
                                  leader="", member_id=request.body.member_id, members=[]))
 
 

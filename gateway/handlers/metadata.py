@@ -31,7 +31,9 @@ async def _topic_entry(ctx, info) -> dict:
                 partitions=partitions)
 
 
-def _error_topic(name, topic_id, code: ErrorCode) -> dict:
+def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:
+    if name is None and request.header.api_version < 12:
+        name = ""  # requests may name no topic from v10, responses only from v12
     return dict(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
@@ -42,7 +44,7 @@ def _response(ctx, request: Request, topics: list[dict]):
 
 def _error(request: Request, code: ErrorCode):
     requested = request.body.topics or ()
-    topics = [_error_topic(getattr(t, "name", None), getattr(t, "topic_id", None), code) for t in requested]
+    topics = [_error_topic(request, getattr(t, "name", None), getattr(t, "topic_id", None), code) for t in requested]
     return respond(request, dict(brokers=[], cluster_id=None, controller_id=-1, topics=topics))
 
 
@@ -65,17 +67,17 @@ async def handle_metadata(ctx, request: Request):
         if name is None and topic_id is not None and topic_id.int != 0:
             info = by_id.get(topic_id)
             entries.append(await _topic_entry(ctx, info) if info
-                           else _error_topic(None, topic_id, ErrorCode.unknown_topic_id))
+                           else _error_topic(request, None, topic_id, ErrorCode.unknown_topic_id))
             continue
         info = known.get(name)
         if info is None and allow_create:
             try:
                 info = await ctx.logs.ensure_topic(name)
             except KafkaError as exc:
-                entries.append(_error_topic(name, None, exc.code))
+                entries.append(_error_topic(request, name, None, exc.code))
                 continue
         if info is None:
-            entries.append(_error_topic(name, None, ErrorCode.unknown_topic_or_partition))
+            entries.append(_error_topic(request, name, None, ErrorCode.unknown_topic_or_partition))
         else:
             entries.append(await _topic_entry(ctx, info))
     return _response(ctx, request, entries)
