@@ -6,7 +6,10 @@ Each connection draws on the shared :class:`ByteBudget` through its own
 closing it returns every byte whatever ended the connection (reset, timeout,
 cancellation, a handler error). A connection may not hold more than its share
 while it holds anything, so one client that never reads stalls itself, not
-the others.
+the others. And a quarter of the budget is kept for small requests (up to
+1 MiB, nearly every request a client sends): large frames and answers never
+take it, so clients that announce huge frames and stall, or hoard large
+answers, cannot starve ordinary traffic while they wait to be timed out.
 """
 
 from __future__ import annotations
@@ -18,15 +21,23 @@ import trio
 __all__ = ["ByteBudget", "ConnectionBudget", "RequestMemory", "request_memory"]
 
 
+SMALL_REQUEST = 1 << 20
+
+
 class ByteBudget:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.reserve = capacity // 4  # only small requests may use this part
         self.used = 0
         self._lot = trio.lowlevel.ParkingLot()
 
+    def limit_for(self, size: int) -> int:
+        """How full the budget may be after taking ``size``."""
+        return self.capacity if size <= SMALL_REQUEST else self.capacity - self.reserve
+
     @property
-    def free(self) -> int:
-        return max(self.capacity - self.used, 0)
+    def free_for_large(self) -> int:
+        return max(self.capacity - self.reserve - self.used, 0)
 
     def connection(self, share: int) -> ConnectionBudget:
         return ConnectionBudget(self, share)
@@ -48,20 +59,21 @@ class ConnectionBudget:
     def _fits(self, size: int) -> bool:
         budget = self._budget
         within_share = self.held == 0 or self.held + size <= self.share
-        return within_share and budget.used + size <= budget.capacity
+        return within_share and budget.used + size <= budget.limit_for(size)
 
     async def acquire(self, size: int) -> int:
         """Wait until ``size`` more bytes fit; returns what was taken. A frame larger than
-        the whole budget takes all of it, so it can still proceed alone."""
-        size = min(size, self._budget.capacity)
+        all a large frame may use takes all of that, so it can still proceed alone."""
+        budget = self._budget
+        size = min(size, budget.capacity - budget.reserve) if size > SMALL_REQUEST else size
         while not self._fits(size):
             await self._budget._lot.park()
         self._take(size)
         return size
 
     def available(self) -> int:
-        """Bytes this connection could still be charged without waiting."""
-        return max(min(self._budget.free, self.share - self.held), 0)
+        """Bytes this connection could still be charged for a large answer."""
+        return max(min(self._budget.free_for_large, self.share - self.held), 0)
 
     def charge(self, size: int) -> None:
         """Account for bytes already in memory (a response being built or sent); may go

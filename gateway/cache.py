@@ -1,11 +1,18 @@
-"""A byte-bounded LRU of decoded segments, so tailing consumers are served from memory."""
+"""A byte-bounded LRU of decoded segments, so tailing consumers are served from memory,
+and the loads that fill it: one load per key however many readers want it at once,
+and a bound on the bytes being loaded at the same time (without both, a crowd of
+fetches behind on an uncached segment each held its own copy: 1.3 GB in the abuse test)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Generic, TypeVar
+from typing import Awaitable, Callable, Generic, TypeVar
+
+import trio
 
 __all__ = ["ByteLRU"]
+
+_MIN_LOADING_BYTES = 64 * 2**20
 
 V = TypeVar("V")
 
@@ -17,6 +24,38 @@ class ByteLRU(Generic[V]):
         self.hits = 0
         self.misses = 0
         self._items: OrderedDict[str, tuple[V, int]] = OrderedDict()
+        self._loads: dict[str, _Load] = {}
+        self._loading_limit = max(capacity_bytes, _MIN_LOADING_BYTES)
+        self._loading_bytes = 0
+        self._loaded = trio.lowlevel.ParkingLot()
+
+    async def load(self, key: str, size: int, loader: Callable[[], Awaitable[V]]) -> V:
+        """The cached value, or ``loader()``'s, which is cached; concurrent callers for the
+        same key share one load, and loads wait while too many bytes are being loaded."""
+        value = self.get(key)
+        if value is not None:
+            return value
+        pending = self._loads.get(key)
+        if pending is not None:
+            return await pending.result()
+        pending = self._loads[key] = _Load()
+        try:
+            while self._loading_bytes and self._loading_bytes + size > self._loading_limit:
+                await self._loaded.park()
+            self._loading_bytes += size
+            try:
+                value = await loader()
+            finally:
+                self._loading_bytes -= size
+                self._loaded.unpark_all()
+            self.put(key, value, size)
+            pending.finish(value, None)
+            return value
+        except BaseException as exc:
+            pending.finish(None, exc)
+            raise
+        finally:
+            del self._loads[key]
 
     def get(self, key: str) -> V | None:
         item = self._items.get(key)
@@ -45,3 +84,22 @@ class ByteLRU(Generic[V]):
     def discard_prefix(self, prefix: str) -> None:
         for key in [k for k in self._items if k.startswith(prefix)]:
             self.discard(key)
+
+
+class _Load:
+    __slots__ = ("done", "value", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.value = None
+        self.error: BaseException | None = None
+
+    def finish(self, value, error: BaseException | None) -> None:
+        self.value, self.error = value, error
+        self.done.set()
+
+    async def result(self):
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value

@@ -367,9 +367,9 @@ class PartitionLog:
         return bisect.bisect_right(self._bases, offset) - 1
 
     async def load_segment(self, ref: SegmentRef) -> Segment:
-        cached = self._cache.get(ref.key)
-        if cached is not None:
-            return cached
+        return await self._cache.load(ref.key, ref.size, lambda: self._fetch_segment(ref))
+
+    async def _fetch_segment(self, ref: SegmentRef) -> Segment:
         try:
             data = await self._store.get(ref.key)
         except ObjectNotFound:
@@ -377,12 +377,10 @@ class PartitionLog:
         except StorageError as exc:
             raise KafkaError(ErrorCode.kafka_storage_error, f"reading {ref.key}: {exc}") from exc
         try:
-            segment = read_segment(data)
+            return read_segment(data)
         except SegmentFormatError as exc:
             log.error("segment %s is corrupt: %s", ref.key, exc)
             raise KafkaError(ErrorCode.kafka_storage_error, f"{ref.key} is corrupt: {exc}") from exc
-        self._cache.put(ref.key, segment, len(data))
-        return segment
 
     async def read(self, offset: int, max_bytes: int, *, allow_oversize: bool = True) -> bytes:
         """Stored batches from the one holding ``offset``, up to ``max_bytes``.

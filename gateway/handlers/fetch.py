@@ -101,20 +101,25 @@ async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
             records = b""
-            room = max_bytes - total if memory is None else min(max_bytes - total, memory.available())
-            if room > 0:
+            want = min(max(part.partition_max_bytes, 0), max_bytes - total)
+            # Reserve before reading, so concurrent fetches see each other's share at once;
+            # the first batch may exceed ``want`` (as in Kafka), never max.message.bytes.
+            largest_batch = ctx.logs.max_message_bytes(name) if total == 0 else 0
+            if memory is not None:
+                want = min(want, memory.available())
+            reserve = max(want, largest_batch)
+            if want > 0 and (memory is None or memory.available() >= reserve):
+                if memory is not None:
+                    memory.charge(reserve)
                 try:
-                    records = await partition_log.read(
-                        part.fetch_offset,
-                        min(max(part.partition_max_bytes, 0), room),
-                        allow_oversize=total == 0,
-                    )
+                    records = await partition_log.read(part.fetch_offset, want, allow_oversize=total == 0)
                 except KafkaError as exc:
                     partitions.append(_partition(part.partition, exc.code, high_watermark, log_start))
                     errors = True
                     continue
-            if memory is not None:
-                memory.charge(len(records))
+                finally:
+                    if memory is not None:
+                        memory.refund(reserve - len(records))
             total += len(records)
             partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records))
         responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))
