@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import report
+from . import baseline, report
 
 ROOT = Path(__file__).resolve().parent.parent
 TANSU_VENV = Path(os.environ.get("KAFSCALE_TANSU_VENV", "/tmp/tansu-venv"))
@@ -54,14 +54,17 @@ def tansu_binary() -> Path | None:
 
 
 class Broker:
-    def __init__(self, name: str, command: list[str], port: int, workdir: Path, http_port: int | None = None) -> None:
+    def __init__(self, name: str, command: list[str], port: int, workdir: Path, http_port: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.name, self.command, self.port, self.workdir = name, command, port, workdir
         self.http_port = http_port
+        self.env = env
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> Broker:
         log = open(self.workdir / f"{self.name}.log", "wb")
-        self.process = subprocess.Popen(self.command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                        env=self.env)
         _wait_port(self.port)
         return self
 
@@ -164,11 +167,17 @@ def run() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        port, http_port = _free_port(), _free_port()
-        gateway = Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port),
-                                      "--http-port", str(http_port), "--storage", str(workdir / "data"),
-                                      "--log-level", "WARNING"], port, workdir, http_port)
-        brokers = [gateway]
+        brokers = []
+        earlier = os.environ.get("KAFSCALE_BENCH_BASELINE")
+        versions = [(f"kafscale {report.commit()}", [sys.executable, "-m", "kafscale.gateway.cli"], None)]
+        if earlier:
+            command, env = baseline.gateway_command(earlier)
+            versions.append((f"kafscale {baseline.short(earlier)} (before)", command, env))
+        for name, command, env in versions:
+            port, http_port = _free_port(), _free_port()
+            brokers.append(Broker(name, [*command, "--port", str(port), "--http-port", str(http_port),
+                                         "--storage", str(workdir / name.split()[1] / "data"), "--log-level", "WARNING"],
+                                  port, workdir, http_port, env))
         tansu = tansu_binary()
         if tansu is not None:
             tport = _free_port()

@@ -27,7 +27,6 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError, MalformedFrame, ProtocolError, UnsupportedVersion
 from kafscale.protocol.framing import FrameDecoder
 from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
-
 from kafscale.storage_backends import StorageError
 
 from .budget import ByteBudget, RequestMemory, request_memory

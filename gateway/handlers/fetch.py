@@ -3,9 +3,9 @@ partitions of the request in one wait that wakes when any of them gets new data.
 
 An answer is capped by the request's max_bytes and the gateway's fetch_max_bytes
 (the first batch is served even if larger, as Kafka does), and by the memory
-budget: bytes read are charged to the connection as they are collected, so many
-large fetches at once (or one client pipelining them) wait for memory instead of
-exhausting it.
+budget: what a partition may add is reserved from the connection's account before
+it is read, so many large fetches at once (or one client pipelining them) get
+less, or nothing until memory frees, instead of exhausting it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,45 @@
+"""The gateway of an earlier commit, run beside the current one in the same bench run
+(``KAFSCALE_BENCH_BASELINE=<git ref> python -m bench broker``), so a change is measured
+against what it replaces on the same machine at the same time.
+
+The commit is checked out in a git worktree; a small directory maps its folders under
+the ``kafscale`` package (as the installed package does) and the interpreter runs with
+``-S`` so this checkout's editable install cannot shadow it; dependencies come from
+this environment's site-packages.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_FOLDERS = ("protocol", "storage_backends", "gateway", "spark_connector")
+
+
+def short(ref: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def gateway_command(ref: str) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, environment) that start ``kafscale.gateway.cli`` as of ``ref``."""
+    commit = short(ref)
+    base = Path(tempfile.gettempdir()) / f"kafscale-baseline-{commit}"
+    worktree, shim = base / "tree", base / "shim"
+    if not worktree.exists():
+        base.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), commit], cwd=ROOT, check=True,
+                       capture_output=True)
+    package = shim / "kafscale"
+    if not package.exists():
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_bytes((worktree / "kafscale" / "__init__.py").read_bytes())
+        for folder in _FOLDERS:
+            (package / folder).symlink_to(worktree / folder)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), sysconfig.get_paths()["purelib"]])}
+    return [sys.executable, "-S", "-m", "kafscale.gateway.cli"], env

@@ -1,0 +1,87 @@
+"""What the gateway's limits cost and what hostile input does: an all-topics Metadata
+over a catalog at the default partition limit (and whether other requests still get
+through meanwhile), and a longer fuzz campaign than CI's."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import trio
+
+from . import report
+from .baseline import ROOT
+
+
+async def _metadata_cost() -> list[list]:
+    from kafscale.gateway.server import serve
+    from kafscale.protocol.entities import build
+    from kafscale.protocol.messages import request_class
+    from tests.support.wire_client import Client, config
+
+    rows = []
+    async with trio.open_nursery() as nursery:
+        shutdown = trio.Event()
+        running = await nursery.start(serve, config(), shutdown)
+        for index in range(running.context.config.max_partitions // 10_000):
+            await running.context.logs.create_topic(f"t{index}", 10_000)
+        client, prober = await Client.connect(running.port), await Client.connect(running.port)
+        request = build(request_class(3, 12), dict(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        slowest_probe = 0.0
+        done = trio.Event()
+
+        async def probe() -> None:  # a small request from another client meanwhile
+            nonlocal slowest_probe
+            from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+            while not done.is_set():
+                started = time.perf_counter()
+                await prober.call(18, 3, ApiVersionsRequest(client_software_name="p", client_software_version="1"))
+                slowest_probe = max(slowest_probe, time.perf_counter() - started)
+                await trio.sleep(0.005)
+
+        nursery.start_soon(probe)
+        started, cpu = time.perf_counter(), time.process_time()
+        body = await client.call(3, 12, request)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        done.set()
+        partitions = sum(len(topic.partitions) for topic in body.topics)
+        rows.append(["all-topics Metadata v12", f"{partitions:,} partitions", f"{wall:.2f} s wall, {cpu:.2f} s CPU "
+                     "(decode in the same process included)", f"slowest ApiVersions meanwhile {slowest_probe * 1000:.0f} ms"])
+        for stream in (client.stream, prober.stream):
+            await stream.aclose()
+        shutdown.set()
+    return rows
+
+
+async def _fuzz(frames: int) -> list[list]:
+    from tests.gateway.test_fuzz import run_campaign
+
+    async with trio.open_nursery() as nursery:
+        started = time.perf_counter()
+        result = await run_campaign(nursery, mutations=frames * 7 // 10, generated=frames * 3 // 10, seed=4242)
+        nursery.cancel_scope.cancel()
+    return [["fuzz (mutated real-client frames, generated requests)", f"{result.frames:,} frames",
+             f"{result.answered:,} answered, {result.closed:,} closed, {len(result.hangs)} hangs, "
+             f"{result.unexpected} unexpected handler errors", f"peak RSS {result.peak_rss_mib:.0f} MiB "
+             f"(harness and frames included), {time.perf_counter() - started:.0f} s"]]
+
+
+def run(fuzz_frames: int = 20_000) -> None:
+    sys.path.insert(0, str(ROOT))  # the fuzz harness and wire client live with the tests
+    rows = trio.run(_metadata_cost) + trio.run(_fuzz, fuzz_frames)
+    for row in rows:
+        print(" | ".join(row))
+    report.save(
+        "15-limits",
+        "Limits and hostile input",
+        "python -m bench limits",
+        "In-process gateway (memory storage). Metadata: a catalog at the default max_partitions "
+        "(10 topics of 10,000 partitions), one client asks for every topic while another sends "
+        "ApiVersions every 5 ms; the catalog loops yield every 1,000 partitions, but encoding the "
+        "answer is one call. Fuzz: the CI campaign's harness (tests/support/fuzz.py) with more "
+        "frames; a hang is a frame that got neither an answer nor a close within 10 s.",
+        ["what", "size", "result", "also"],
+        rows,
+    )
