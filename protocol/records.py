@@ -31,6 +31,11 @@ from crc32c import crc32c
 
 from .compression import Compression, compress, decompress
 from .errors import CorruptBatch, InvalidRecord
+
+try:  # the C record walk (protocol/_record_walk.c); the Python one below is the reference
+    from ._record_walk import walk as _native_walk
+except ImportError:  # pragma: no cover - a build without a compiler
+    _native_walk = None
 from .varint import read_varint, write_varint
 
 __all__ = [
@@ -42,6 +47,7 @@ __all__ = [
     "split_batches",
     "validate_record_set",
     "check_records",
+    "walk_records",
     "restamp",
     "iter_records",
     "build_batch",
@@ -188,19 +194,30 @@ def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompresse
         begin, end = 0, len(payload)
     else:
         payload = data
-    try:
-        pos = _walk_records(payload, begin, end, header.records_count)
-    except IndexError:
-        raise CorruptBatch(f"batch at position {header.position}: a record runs past its end") from None
+    pos = walk_records(payload, begin, end, header.records_count)
     if pos != end:
         raise InvalidRecord(
             f"batch at position {header.position} holds more records than its count {header.records_count}"
         )
 
 
+def walk_records(payload: bytes | memoryview, pos: int, end: int, count: int, *, native: bool = True) -> int:
+    """Walk ``count`` records in ``payload[pos:end]``; returns where the last one ends.
+    The C walk when built (about 40 ns a record), else the Python one (about 800 ns)."""
+    if native and _native_walk is not None:
+        try:
+            return _native_walk(payload, pos, end, count)
+        except ValueError as exc:
+            kind, message = exc.args
+            raise (InvalidRecord if kind else CorruptBatch)(message) from None
+    try:
+        return _walk_records(payload, pos, end, count)
+    except IndexError:
+        raise CorruptBatch("a record runs past the end of the batch") from None
+
+
 def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int) -> int:
-    # The produce hot path: one-byte varints (most lengths and deltas) are decoded
-    # inline, and the timestamp delta is skipped, not decoded (about 0.7 us a record).
+    # One-byte varints (most lengths and deltas) are decoded inline.
     varint = _zigzag_fast
     for expected in range(count):
         if pos >= end:
@@ -213,14 +230,12 @@ def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int) -
         record_end = pos + length
         if length < 6 or record_end > end:
             raise CorruptBatch(f"record length {length} runs past the batch")
-        cursor = pos + 1  # after the attributes byte
-        while payload[cursor] & 0x80:  # the timestamp delta
-            cursor += 1
-        byte = payload[cursor + 1]
+        _, cursor = varint(payload, pos + 1)  # the attributes byte, then the timestamp delta
+        byte = payload[cursor]
         if byte < 0x80:
-            offset_delta, cursor = (byte >> 1) ^ -(byte & 1), cursor + 2
+            offset_delta, cursor = (byte >> 1) ^ -(byte & 1), cursor + 1
         else:
-            offset_delta, cursor = varint(payload, cursor + 1)
+            offset_delta, cursor = varint(payload, cursor)
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
         for _ in range(2):  # key, value

@@ -108,3 +108,40 @@ def test_any_corruption_of_the_records_is_refused_or_harmless(records, data):
     except CorruptBatch:
         return
     assert len(list(iter_records(bytes(batch), header))) == header.records_count
+
+
+def test_the_c_record_walk_is_built():
+    from kafscale.protocol import records
+
+    assert records._native_walk is not None, "protocol/_record_walk.c was not compiled (pip install -e . needs gcc)"
+
+
+def _outcome(payload: bytes, pos: int, end: int, count: int, native: bool):
+    from kafscale.protocol.records import walk_records
+
+    try:
+        return walk_records(payload, pos, end, count, native=native)
+    except InvalidRecord:
+        return "invalid"
+    except CorruptBatch:
+        return "corrupt"
+
+
+@given(records=record_lists(), data=st.data())
+def test_the_c_walk_agrees_with_the_python_walk(records, data):
+    """Same end position or same kind of refusal, on good records and on corrupted ones
+    (bytes flipped, the section cut short, counts that lie)."""
+    batch = bytearray(build_batch(_dense(records)))
+    if data.draw(st.booleans()):
+        position = data.draw(st.integers(BATCH_HEADER_SIZE, len(batch) - 1))
+        batch[position] ^= data.draw(st.integers(1, 255))
+    end = data.draw(st.integers(BATCH_HEADER_SIZE, len(batch)))
+    count = data.draw(st.integers(0, len(records) + 2))
+    payload = bytes(batch)
+    assert _outcome(payload, BATCH_HEADER_SIZE, end, count, True) == \
+        _outcome(payload, BATCH_HEADER_SIZE, end, count, False)
+
+
+@given(payload=st.binary(max_size=200), count=st.integers(0, 5))
+def test_the_c_walk_agrees_on_garbage(payload, count):
+    assert _outcome(payload, 0, len(payload), count, True) == _outcome(payload, 0, len(payload), count, False)
