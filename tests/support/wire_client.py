@@ -10,6 +10,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.static.primitive import Records
 
 from kafscale.gateway.config import GatewayConfig
+from kafscale.gateway.server import serve
 from kafscale.protocol import FrameDecoder, encode_frame
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import RequestHeader, decode_response, encode_request, request_class
@@ -17,6 +18,13 @@ from kafscale.protocol.messages import RequestHeader, decode_response, encode_re
 
 def config(**overrides) -> GatewayConfig:
     return GatewayConfig(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
+
+
+async def start_gateway(nursery: trio.Nursery, **overrides):
+    """An in-process gateway on a free port: (its ``Running``, the event that stops it)."""
+    shutdown = trio.Event()
+    running = await nursery.start(serve, config(**overrides), shutdown)
+    return running, shutdown
 
 
 class Client:
