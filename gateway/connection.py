@@ -217,7 +217,12 @@ class Connection:
         finally:
             admitted()
         try:
-            slot.payload = None if body is None else encode_response(request.header, body)
+            if body is None:
+                slot.payload = None
+            elif handler.large_answers:
+                slot.payload = await trio.to_thread.run_sync(encode_response, request.header, body)
+            else:
+                slot.payload = encode_response(request.header, body)
             del body
             if slot.payload is not None:
                 slot.memory.settle(len(slot.payload))

@@ -33,6 +33,9 @@ class Handler:
     # Seconds a request may take, when the API itself says (JoinGroup waits for the
     # rebalance timeout); otherwise the gateway's request timeout applies.
     timeout: Callable[[Request], float] | None = None
+    # Answers that grow with the catalog (Metadata over every partition) are encoded in a
+    # worker thread, so the event loop keeps serving other clients meanwhile.
+    large_answers: bool = False
 
     @property
     def served(self) -> VersionRange:
@@ -43,9 +46,9 @@ REGISTRY: dict[int, Handler] = {}
 
 
 def register(api_key: ApiKey, *, error: ErrorFn, ordered: bool = False, versions: VersionRange | None = None,
-             timeout: Callable[[Request], float] | None = None):
+             timeout: Callable[[Request], float] | None = None, large_answers: bool = False):
     def decorator(function: HandleFn) -> HandleFn:
-        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions, timeout)
+        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions, timeout, large_answers)
         return function
 
     return decorator

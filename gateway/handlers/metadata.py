@@ -37,9 +37,14 @@ def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:
     return dict(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
-def _response(ctx, request: Request, topics: list[dict]):
-    return respond(request, dict(brokers=ctx.brokers(), cluster_id=ctx.config.cluster_id,
-                                 controller_id=ctx.ownership.controller_id(), topics=topics))
+async def _response(ctx, request: Request, topics: list[dict]):
+    values = dict(brokers=ctx.brokers(), cluster_id=ctx.config.cluster_id,
+                  controller_id=ctx.ownership.controller_id(), topics=topics)
+    if sum(len(topic["partitions"]) for topic in topics) < 10_000:
+        return respond(request, values)
+    # Building (and then encoding) an answer over a large catalog takes a fraction of a
+    # second of Python: in a worker thread, so other clients are served meanwhile.
+    return await trio.to_thread.run_sync(respond, request, values)
 
 
 def _error(request: Request, code: ErrorCode):
@@ -48,7 +53,7 @@ def _error(request: Request, code: ErrorCode):
     return respond(request, dict(brokers=[], cluster_id=None, controller_id=-1, topics=topics))
 
 
-@register(ApiKey.METADATA, error=_error)
+@register(ApiKey.METADATA, error=_error, large_answers=True)
 async def handle_metadata(ctx, request: Request):
     body = request.body
     version = request.header.api_version
@@ -56,7 +61,7 @@ async def handle_metadata(ctx, request: Request):
     all_topics = requested is None or (version == 0 and not requested)
     known = ctx.logs.topics()
     if all_topics:
-        return _response(ctx, request, [await _topic_entry(ctx, info)
+        return await _response(ctx, request, [await _topic_entry(ctx, info)
                                         for info in sorted(known.values(), key=lambda i: i.name)])
     by_id = {info.topic_id: info for info in known.values()}
     allow_create = getattr(body, "allow_auto_topic_creation", True)
@@ -80,4 +85,4 @@ async def handle_metadata(ctx, request: Request):
             entries.append(_error_topic(request, name, None, ErrorCode.unknown_topic_or_partition))
         else:
             entries.append(await _topic_entry(ctx, info))
-    return _response(ctx, request, entries)
+    return await _response(ctx, request, entries)
