@@ -35,10 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(config.log_level, config.log_format)
     try:
         trio.run(_run, config)
-    except StartupError as exc:
-        print(f"kafscale-gateway: {exc}", file=sys.stderr)
+    except (StartupError, BaseExceptionGroup) as exc:
+        reason = _startup_error(exc)  # trio's nurseries wrap it in exception groups
+        if reason is None:
+            raise
+        print(f"kafscale-gateway: {reason}", file=sys.stderr)
         return 1
     return 0
+
+
+def _startup_error(exc: BaseException) -> StartupError | None:
+    if isinstance(exc, StartupError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _startup_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from kafscale.storage_backends import ObjectNotFound
 from kafscale.protocol.layout import topics_key
 from .storage import AsyncStore
 
-__all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata"]
+__all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata", "MetadataUnreadable"]
 
 log = logging.getLogger("kafscale.metadata")
 
@@ -56,6 +56,10 @@ class MetadataStore(Protocol):
                            log_start: dict[int, int] | None = None) -> TopicInfo: ...
 
 
+class MetadataUnreadable(RuntimeError):
+    """The stored topic catalog cannot be parsed (the gateway refuses to start on it)."""
+
+
 class EmbeddedMetadata:
     """Topics in one JSON object, rewritten whole on each change (changes are rare)."""
 
@@ -81,7 +85,7 @@ class EmbeddedMetadata:
             self._producer_block_end = int(document.get("producer_id_block_end", 0))
             self._next_producer_id = self._producer_block_end
         except (ValueError, KeyError, TypeError) as exc:
-            raise RuntimeError(f"metadata object {self._key} is unreadable: {exc}") from exc
+            raise MetadataUnreadable(f"metadata object {self._key} is unreadable: {exc}") from exc
 
     def topics(self) -> dict[str, TopicInfo]:
         return self._topics

@@ -21,7 +21,7 @@ from .groups import GroupCoordinator, GroupStore
 from .groups.coordinator import GroupSettings
 from .http import serve_http
 from .logs import LogManager
-from .metadata import EmbeddedMetadata
+from .metadata import EmbeddedMetadata, MetadataUnreadable
 from .metrics import Metrics
 from .storage import AsyncStore
 
@@ -91,6 +91,8 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             await groups.load()
     except StorageError as exc:
         raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
+    except MetadataUnreadable as exc:
+        raise StartupError(f"{exc} (restore it from a backup, or move it aside to start empty)") from exc
     except EtcdError as exc:
         raise StartupError(f"etcd at {config.etcd_endpoints} is unavailable: {exc}") from exc
     if member is not None:

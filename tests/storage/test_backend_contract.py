@@ -118,3 +118,25 @@ def test_unreachable_s3_is_a_storage_error_not_a_hang():
                                                access_key_id="a", secret_access_key="b", timeout_ms=1000, retries=0))
     with pytest.raises(StorageUnavailable):
         store.put_if_absent("k", b"v")
+
+
+def test_a_ranged_read_is_one_request(store, monkeypatch):
+    """No HEAD before a GET with a range (it made reading a segment's last offset four
+    requests at recovery and in Spark planning); only a range past the end asks for one."""
+    import obstore
+
+    calls = []
+    for name in ("head", "get_range"):
+        original = getattr(obstore, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(obstore, name, counted)
+    store.put("one", bytes(range(100)))
+    assert store.get_range("one", 90, 200) == bytes(range(90, 100))
+    assert calls == ["get_range"]
+    assert store.get_range("one", 150, 200) == b""
+    with pytest.raises(ObjectNotFound):
+        store.get_range("missing", 0, 10)

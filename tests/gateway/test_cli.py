@@ -1,0 +1,46 @@
+"""Start-up failures print one line with the reason and exit 1, not a traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _start(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--port", "0", "--http-port", "-1", *args],
+                          capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def _one_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def test_an_unreachable_s3_endpoint(tmp_path):
+    line = _one_line(_start("--storage", "s3://nobucket/x", "--s3-endpoint", "http://127.0.0.1:9",
+                            "--s3-allow-http", "--s3-path-style", "--s3-retries", "0", "--s3-timeout-ms", "1000",
+                            "--s3-access-key-id", "a", "--s3-secret-access-key", "b", "--s3-region", "us-east-1"))
+    assert line.startswith("kafscale-gateway: cannot use storage 's3://nobucket/x'")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"topics": {"t": {"partitions": "many"}}}', b"[]"])
+def test_a_corrupt_topic_catalog(tmp_path, content):
+    catalog = tmp_path / "data" / "kafscale" / "~meta" / "topics.json"
+    catalog.parent.mkdir(parents=True)
+    catalog.write_bytes(content)
+    line = _one_line(_start("--storage", str(tmp_path / "data")))
+    assert "topics.json is unreadable" in line and "move it aside" in line
+
+
+def test_a_port_in_use(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port), "--http-port", "-1",
+                               "--storage", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert _one_line(done).startswith("kafscale-gateway: cannot listen on 127.0.0.1")
