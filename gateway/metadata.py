@@ -16,9 +16,10 @@ from typing import Protocol
 
 import trio
 
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.layout import topics_key
 from kafscale.storage_backends import ObjectNotFound
 
-from kafscale.protocol.layout import topics_key
 from .storage import AsyncStore
 
 __all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata", "MetadataUnreadable"]
@@ -107,7 +108,7 @@ class EmbeddedMetadata:
         async with self._lock:
             info = self._topics.get(name)
             if info is None:
-                raise KeyError(name)
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
             updated = TopicInfo(
                 name, info.topic_id, info.partitions if partitions is None else partitions,
                 dict(info.configs if configs is None else configs),

@@ -84,7 +84,7 @@ class EtcdMetadata:
         while True:
             current = await self._etcd.get(key)
             if current is None:
-                raise KeyError(name)
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
             info = self._decode(current)
             updated = TopicInfo(
                 name, info.topic_id, info.partitions if partitions is None else partitions,
