@@ -64,21 +64,26 @@ class SegmentRef:
 
 
 class FlushTicket:
-    """Completes when the flush holding an append is durable (or has failed)."""
+    """Completes when the flush holding an append is durable (or has failed). A flush
+    split into several segments can fail part-way: what was written before the failure
+    is durable and acknowledged, so the ticket knows where durability ends."""
 
-    __slots__ = ("_done", "error")
+    __slots__ = ("_done", "error", "durable_end")
 
     def __init__(self) -> None:
         self._done = trio.Event()
         self.error: KafkaError | None = None
+        self.durable_end = 0  # with an error: offsets below this were written all the same
 
-    def finish(self, error: KafkaError | None = None) -> None:
+    def finish(self, error: KafkaError | None = None, durable_end: int = 0) -> None:
         self.error = error
+        self.durable_end = durable_end
         self._done.set()
 
-    async def wait(self) -> None:
+    async def wait(self, last_offset: int | None = None) -> None:
+        """Return once the append ending at ``last_offset`` is durable; raise if it is not."""
         await self._done.wait()
-        if self.error is not None:
+        if self.error is not None and (last_offset is None or last_offset >= self.durable_end):
             raise self.error
 
 
@@ -255,13 +260,15 @@ class PartitionLog:
                     log.exception("flushing %s-%d failed", self.topic, self.partition)
                     error, indexes = KafkaError(ErrorCode.unknown_server_error, str(exc)), []
             if error is not None:
-                ticket.finish(error)
-                self.producers.forget({h.producer_id for _, hs in pending for h in hs}
-                                      | {h.producer_id for _, hs in self._pending for h in hs})
+                # Segments written before the failure are durable: their appends are
+                # acknowledged and their producers' sequences kept, so a retry of them is
+                # a duplicate; the rest is failed and forgotten.
+                ticket.finish(error, self.high_watermark)
+                self.producers.discard_from(self.high_watermark)
                 # Later appends assumed this flush's offsets: fail them too and
                 # restart numbering at the durable end.
                 if self._pending:
-                    self._ticket.finish(error)
+                    self._ticket.finish(error, self.high_watermark)
                     self._pending, self._pending_bytes, self._ticket = [], 0, FlushTicket()
                     self._has_pending, self._full = trio.Event(), trio.Event()
                 self._next_offset = self.high_watermark

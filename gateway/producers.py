@@ -80,7 +80,12 @@ class ProducerStates:
         last_sequence = (header.base_sequence + header.last_offset_delta) % _INT32
         state.recent.append(_Entry(header.base_sequence, last_sequence, header.base_offset, ticket))
 
-    def forget(self, producer_ids: set[int]) -> None:
-        """After a failed flush: their next batches are accepted as from unknown producers."""
-        for producer_id in producer_ids:
-            self._producers.pop(producer_id, None)
+    def discard_from(self, offset: int) -> None:
+        """After a failed flush: batches at ``offset`` or later were not written. A producer
+        left with none of its recent batches is unknown again (its retry is accepted as is)."""
+        for producer_id in list(self._producers):
+            recent = self._producers[producer_id].recent
+            while recent and recent[-1].base_offset >= offset:
+                recent.pop()
+            if not recent:
+                del self._producers[producer_id]

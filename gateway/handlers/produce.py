@@ -95,21 +95,22 @@ async def handle_produce(ctx, request: Request, admitted):
                 continue
             ctx.metrics.produced_bytes.inc(len(records))
             ctx.metrics.produced_records.inc(sum(h.records_count for h in headers))
-            waits.append((key, part.index, base_offset, ticket, target))
+            last_offset = base_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
+            waits.append((key, part.index, base_offset, last_offset, ticket, target))
     admitted()
 
     if body.acks == 0:
         return None  # acks=0: no response; the data still goes through the same flush
     timeout = max(to_millis(body.timeout), 0) / 1000 or config.request_timeout_ms / 1000
     with trio.move_on_after(min(timeout, config.request_timeout_ms / 1000)):
-        for key, index, base_offset, ticket, target in waits:
+        for key, index, base_offset, last_offset, ticket, target in waits:
             try:
-                await ticket.wait()
+                await ticket.wait(last_offset)
             except KafkaError as exc:
                 results[key] = _partition(index, exc.code, message=str(exc))
             else:
                 results[key] = _partition(index, ErrorCode.none, base_offset, target.log_start_offset)
-    for key, index, _, _, _ in waits:
+    for key, index, *_ in waits:
         results.setdefault(key, _partition(index, ErrorCode.request_timed_out, message="flush not durable in time"))
 
     return respond(request, dict(responses=[

@@ -250,3 +250,46 @@ async def test_a_write_that_outlives_the_lease_is_not_acknowledged(store, nurser
     assert info.value.code == ErrorCode.not_leader_or_follower
     store.put_if_absent = real_put
     await log.close()
+
+
+class SecondWriteFails(MemoryBackend):
+    """Fails the second segment write, as a store that breaks in the middle of a split flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.segment_writes = 0
+
+    def put_if_absent(self, key, data):
+        self.segment_writes += 1
+        if self.segment_writes == 2:
+            raise StorageUnavailable("the store went away")
+        super().put_if_absent(key, data)
+
+
+async def test_a_split_flush_that_fails_part_way_acknowledges_what_is_durable(nursery):
+    small = LogSettings("ns", linger_ms=50, flush_bytes=1 << 30, segment_bytes=2048, index_interval=4)
+    log = await _open(AsyncStore(SecondWriteFails(), 2), small)
+    nursery.start_soon(log.run_flusher)
+
+    def batch(sequence):
+        data = build_batch([(b"k", b"x" * 1500)], producer_id=9, producer_epoch=0, base_sequence=sequence)
+        return data, split_batches(data)
+
+    first, second = batch(0), batch(1)
+    (base1, ticket1), (base2, ticket2) = log.append(bytearray(first[0]), first[1]), \
+        log.append(bytearray(second[0]), second[1])
+    assert (base1, base2) == (0, 1) and ticket1 is ticket2  # one flush, split in two segments
+    await ticket1.wait(0)  # the first segment is durable: acknowledged
+    with pytest.raises(KafkaError) as info:
+        await ticket2.wait(1)
+    assert info.value.code == ErrorCode.kafka_storage_error
+    assert log.high_watermark == 1
+    # The producer retries both: the durable one is a duplicate at its offset, the other is written.
+    again1, retry1 = log.append(bytearray(first[0]), first[1])
+    again2, retry2 = log.append(bytearray(second[0]), second[1])
+    await retry1.wait(again1)
+    await retry2.wait(again2)
+    assert (again1, again2) == (0, 1) and log.high_watermark == 2
+    data = await log.read(0, 1 << 20)
+    assert [h.base_offset for h in split_batches(data)] == [0, 1]  # nothing stored twice
+    await log.close()
