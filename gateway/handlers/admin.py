@@ -9,7 +9,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from .base import register, respond
+from .base import check_leader_epoch, register, respond
 
 
 def _create_partitions_error(request: Request, code: ErrorCode):
@@ -82,12 +82,11 @@ async def handle_offset_for_leader_epoch(ctx, request: Request):
                 rows.append(dict(error_code=exc.code, partition=part.partition, leader_epoch=-1, end_offset=-1))
                 continue
             current = partition_log.epoch
-            if part.current_leader_epoch > current:
-                code = ErrorCode.unknown_leader_epoch  # the client knows a newer leader than we do
-            elif 0 <= part.current_leader_epoch < current:
-                code = ErrorCode.fenced_leader_epoch  # the client's metadata is stale
-            else:
+            try:
+                check_leader_epoch(current, part.current_leader_epoch)
                 code = ErrorCode.none
+            except KafkaError as exc:
+                code = exc.code
             if code != ErrorCode.none or part.leader_epoch > current:
                 rows.append(dict(error_code=code, partition=part.partition, leader_epoch=-1, end_offset=-1))
             else:

@@ -11,10 +11,10 @@ from typing import Any, Awaitable, Callable
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, VersionRange
 from kafscale.protocol.entities import build
-from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request, response_class
 
-__all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions"]
+__all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions", "check_leader_epoch"]
 
 HandleFn = Callable[..., Awaitable[Any]]
 ErrorFn = Callable[[Request, ErrorCode], Any]
@@ -65,3 +65,16 @@ def advertised_versions() -> list[tuple[int, int, int]]:
         (int(key), handler.served.min_version, handler.served.max_version)
         for key, handler in REGISTRY.items()
     )
+
+
+def check_leader_epoch(partition_epoch: int, current_leader_epoch: int | None) -> None:
+    """As Kafka's leader does for Fetch, ListOffsets and OffsetForLeaderEpoch: a client that
+    names an epoch (not -1) must name this one, so one with stale metadata refreshes it."""
+    if current_leader_epoch is None or current_leader_epoch < 0:
+        return
+    if current_leader_epoch < partition_epoch:
+        raise KafkaError(ErrorCode.fenced_leader_epoch,
+                         f"epoch {current_leader_epoch} is older than the leader's {partition_epoch}")
+    if current_leader_epoch > partition_epoch:
+        raise KafkaError(ErrorCode.unknown_leader_epoch,
+                         f"epoch {current_leader_epoch} is newer than the leader's {partition_epoch}")

@@ -18,7 +18,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..budget import RequestMemory, request_memory
-from .base import register, respond
+from .base import check_leader_epoch, register, respond
 
 
 def _targets(ctx, request: Request):
@@ -93,6 +93,7 @@ async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
                 continue
             try:
                 partition_log = await ctx.logs.get(name, part.partition)
+                check_leader_epoch(partition_log.epoch, getattr(part, "current_leader_epoch", None))
             except KafkaError as exc:
                 partitions.append(_partition(part.partition, exc.code))
                 errors = True

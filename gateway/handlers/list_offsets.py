@@ -6,7 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from .base import register, respond
+from .base import check_leader_epoch, register, respond
 
 LATEST = -1
 EARLIEST = -2
@@ -32,6 +32,7 @@ async def handle_list_offsets(ctx, request: Request):
         for part in topic.partitions:
             try:
                 partition_log = await ctx.logs.get(topic.name, part.partition_index)
+                check_leader_epoch(partition_log.epoch, getattr(part, "current_leader_epoch", None))
                 partitions.append(await _lookup(partition_log, part.partition_index, part.timestamp))
             except KafkaError as exc:
                 partitions.append(_partition(part.partition_index, exc.code))

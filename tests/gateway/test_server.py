@@ -172,3 +172,41 @@ async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
     assert (await ask(4, 1))[0] == ErrorCode.unknown_leader_epoch  # the client knows a newer leader
     assert (await ask(3, 5))[1:] == (-1, -1)  # an epoch this partition never had
     shutdown.set()
+
+
+async def test_fetch_and_list_offsets_check_the_current_leader_epoch(nursery):
+    """A client with stale metadata is told FENCED_LEADER_EPOCH (one ahead of us,
+    UNKNOWN_LEADER_EPOCH), as Kafka's leader does, so it refreshes; -1 skips the check."""
+    from kafscale.gateway.cluster.ownership import SoleGateway
+
+    class OwnerAtEpoch3(SoleGateway):
+        def leader(self, topic, partition):
+            return (self.node_id, 3)
+
+    running, shutdown = await _start(nursery)
+    running.context.logs.ownership = OwnerAtEpoch3(0, "127.0.0.1", running.port)
+    client = await connect(running.port)
+    await client.send(0, 9, _produce("fe", build_batch([(None, b"a")])), 1)
+    await client.receive()
+
+    async def fetch_with(epoch):
+        body = build(request_class(1, 12), dict(
+            replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[dict(topic="fe", partitions=[dict(
+                partition=0, current_leader_epoch=epoch, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+        await client.send(1, 12, body, 2)
+        return decode_response(1, 12, await client.receive())[1].responses[0].partitions[0].error_code
+
+    async def list_with(epoch):
+        body = build(request_class(2, 7), dict(replica_id=-1, isolation_level=0, topics=[dict(name="fe", partitions=[
+            dict(partition_index=0, current_leader_epoch=epoch, timestamp=-1)])]))
+        await client.send(2, 7, body, 3)
+        return decode_response(2, 7, await client.receive())[1].topics[0].partitions[0].error_code
+
+    for ask in (fetch_with, list_with):
+        assert await ask(2) == ErrorCode.fenced_leader_epoch
+        assert await ask(4) == ErrorCode.unknown_leader_epoch
+        assert await ask(3) == ErrorCode.none
+        assert await ask(-1) == ErrorCode.none
+    shutdown.set()
