@@ -60,24 +60,21 @@ class LogManager:
                     log.exception("retention pass failed")
 
     def settings_for(self, info: TopicInfo) -> LogSettings:
-        segment_bytes = int_config(info.configs, "segment.bytes") if "segment.bytes" in info.configs \
-            else self.config.segment_bytes
+        segment_bytes = int_config(info.configs, "segment.bytes", self.config)
         return LogSettings(self.config.namespace, self.config.linger_ms, self.config.flush_bytes,
                            segment_bytes, self.config.index_interval, self.config.producer_scan_bytes)
 
     def max_message_bytes(self, topic: str) -> int:
         info = self.topics().get(topic)
-        if info is not None and "max.message.bytes" in info.configs:
-            return int_config(info.configs, "max.message.bytes")
-        return self.config.max_message_bytes
+        return int_config(info.configs if info else {}, "max.message.bytes", self.config)
 
     async def enforce_retention(self, now_ms: int | None = None) -> int:
         """One retention pass over every partition of every topic; returns segments deleted."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         deleted = 0
         for info in list(self.topics().values()):
-            retention_ms = int_config(info.configs, "retention.ms")
-            retention_bytes = int_config(info.configs, "retention.bytes")
+            retention_ms = int_config(info.configs, "retention.ms", self.config)
+            retention_bytes = int_config(info.configs, "retention.bytes", self.config)
             for partition in range(info.partitions):
                 if partition % _YIELD_EVERY == 0:
                     await trio.lowlevel.checkpoint()

@@ -1,13 +1,27 @@
-"""The topic configs that mean something here, with their defaults and validation."""
+"""The topic configs that mean something here, with their defaults and validation.
+
+A topic's default comes from the broker config where the gateway has one
+(``segment.bytes`` from ``segment_bytes``, ``max.message.bytes`` from
+``max_message_bytes``), as Kafka's topic defaults come from its broker settings;
+this module is the one place that says so.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["TOPIC_CONFIGS", "TopicConfig", "validate_topic_configs", "effective_configs"]
+from .config import GatewayConfig
+
+__all__ = ["TOPIC_CONFIGS", "TopicConfig", "validate_topic_configs", "effective_configs", "int_config",
+           "LIST_CONFIGS", "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "TOPIC_CONFIG"]
+
+# Kafka's ConfigSource values for where a value comes from
+TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
 
 
 def _integer(minimum: int) -> Callable[[str], None]:
@@ -34,6 +48,7 @@ class TopicConfig:
     check: Callable[[str], None]
     documentation: str
     config_type: int  # Kafka's ConfigType: 3 INT, 5 LONG, 2 STRING, 7 LIST
+    broker_option: str | None = None  # the GatewayConfig field that gives the default
 
 
 TOPIC_CONFIGS: dict[str, TopicConfig] = {
@@ -43,10 +58,10 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
                     "Delete segments whose newest record is older than this (-1: keep forever).", 5),
         TopicConfig("retention.bytes", "-1", _integer(-1),
                     "Delete the oldest segments while a partition is larger than this (-1: no limit).", 5),
-        TopicConfig("segment.bytes", str(64 * 2**20), _integer(1024),
-                    "Largest segment object written for this topic.", 3),
-        TopicConfig("max.message.bytes", "1048588", _integer(1),
-                    "Largest record batch accepted for this topic.", 3),
+        TopicConfig("segment.bytes", "", _integer(1024),
+                    "Largest segment object written for this topic.", 3, "segment_bytes"),
+        TopicConfig("max.message.bytes", "", _integer(1),
+                    "Largest record batch accepted for this topic.", 3, "max_message_bytes"),
         TopicConfig("cleanup.policy", "delete", _cleanup_policy,
                     "Only 'delete' (retention by time and size) is supported.", 7),
     )
@@ -67,10 +82,26 @@ def validate_topic_configs(configs: dict[str, str | None]) -> None:
             raise KafkaError(ErrorCode.invalid_config, f"invalid value for {name}: {exc}") from None
 
 
-def effective_configs(configs: dict[str, str]) -> dict[str, tuple[str, bool]]:
-    """Every supported config: (value, set explicitly on the topic)."""
-    return {name: (configs.get(name, spec.default), name in configs) for name, spec in TOPIC_CONFIGS.items()}
+LIST_CONFIGS = {name for name, spec in TOPIC_CONFIGS.items() if spec.config_type == 7}
+_OPTION_DEFAULTS = {item.name: item.default for item in fields(GatewayConfig)}
 
 
-def int_config(configs: dict[str, str], name: str) -> int:
-    return int(configs.get(name, TOPIC_CONFIGS[name].default))
+def _default(spec: TopicConfig, broker: GatewayConfig) -> tuple[str, int]:
+    """The value a topic gets when it does not set ``spec``, and that value's source."""
+    if spec.broker_option is None:
+        return spec.default, DEFAULT_CONFIG
+    value = getattr(broker, spec.broker_option)
+    source = DEFAULT_CONFIG if value == _OPTION_DEFAULTS[spec.broker_option] else STATIC_BROKER_CONFIG
+    return str(value), source
+
+
+def effective_configs(configs: dict[str, str], broker: GatewayConfig) -> dict[str, tuple[str, int]]:
+    """Every supported config of a topic: (value, Kafka's config source)."""
+    return {name: (configs[name], TOPIC_CONFIG) if name in configs else _default(spec, broker)
+            for name, spec in TOPIC_CONFIGS.items()}
+
+
+def int_config(configs: dict[str, str], name: str, broker: GatewayConfig) -> int:
+    if name in configs:
+        return int(configs[name])
+    return int(_default(TOPIC_CONFIGS[name], broker)[0])

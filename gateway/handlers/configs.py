@@ -7,15 +7,18 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from ..topic_configs import TOPIC_CONFIGS, effective_configs, validate_topic_configs
+from ..topic_configs import (
+    DEFAULT_CONFIG,
+    LIST_CONFIGS,
+    STATIC_BROKER_CONFIG,
+    TOPIC_CONFIGS,
+    effective_configs,
+    validate_topic_configs,
+)
 from .base import register, respond
 
 TOPIC = 2
 BROKER = 4
-# ConfigSource values
-TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -61,10 +64,10 @@ async def handle_describe_configs(ctx, request: Request):
             if info is None:
                 code, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}"
             else:
-                for name, (value, explicit) in effective_configs(info.configs).items():
+                for name, (value, source) in effective_configs(info.configs, ctx.config).items():
                     spec = TOPIC_CONFIGS[name]
-                    entries.append(_entry(name, value, TOPIC_CONFIG if explicit else DEFAULT_CONFIG, False,
-                                          spec.documentation, include_docs, spec.config_type))
+                    entries.append(_entry(name, value, source, False, spec.documentation, include_docs,
+                                          spec.config_type))
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(ctx.node_id)):
                 code, message = ErrorCode.invalid_request, f"unknown broker {resource.resource_name!r}"
@@ -87,6 +90,31 @@ def _alter_error(request: Request, code: ErrorCode):
     ]))
 
 
+def _apply(configs: dict[str, str], operations, broker) -> dict[str, str]:
+    """IncrementalAlterConfigs: SET and DELETE any config; APPEND and SUBTRACT list items
+    of list-typed configs (cleanup.policy), starting from the effective value, as Kafka does."""
+    for item in operations:
+        if item.config_operation == SET:
+            configs[item.name] = item.value
+        elif item.config_operation == DELETE:
+            configs.pop(item.name, None)
+        elif item.config_operation in (APPEND, SUBTRACT):
+            if item.name not in LIST_CONFIGS:
+                raise KafkaError(ErrorCode.invalid_config,
+                                 f"{item.name} is not a list; APPEND and SUBTRACT apply to list configs only")
+            current = effective_configs(configs, broker)[item.name][0]
+            values = [v for v in current.split(",") if v]
+            changes = [v.strip() for v in (item.value or "").split(",") if v.strip()]
+            if item.config_operation == APPEND:
+                values += [v for v in changes if v not in values]
+            else:
+                values = [v for v in values if v not in changes]
+            configs[item.name] = ",".join(values)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {item.config_operation}")
+    return configs
+
+
 async def _alter(ctx, request: Request, incremental: bool):
     validate_only = request.body.validate_only
     responses = []
@@ -101,16 +129,8 @@ async def _alter(ctx, request: Request, incremental: bool):
             if info is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}")
             if incremental:
-                configs = dict(info.configs)
-                for item in resource.configs:
-                    if item.config_operation == SET:
-                        configs[item.name] = item.value
-                    elif item.config_operation == DELETE:
-                        configs.pop(item.name, None)
-                    else:  # APPEND/SUBTRACT apply to list configs; cleanup.policy has one legal value
-                        raise KafkaError(ErrorCode.invalid_config,
-                                         f"operation {item.config_operation} is not supported for {item.name}")
-                validate_topic_configs({item.name: item.value for item in resource.configs})
+                validate_topic_configs({item.name: None for item in resource.configs})  # known names
+                configs = _apply(dict(info.configs), resource.configs, ctx.config)
             else:  # AlterConfigs replaces the whole set
                 configs = {item.name: item.value for item in resource.configs if item.value is not None}
                 validate_topic_configs(configs)
