@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     offsets,
     produce,
     producer_ids,
+    replicas,
     topics,
 )
 from .base import REGISTRY, Handler, advertised_versions

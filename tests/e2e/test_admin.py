@@ -177,3 +177,32 @@ def test_describe_log_dirs_and_cluster(admin_gateway):
         assert (topic["name"], partition["partition_index"], partition["partition_size"]) == ("sized", 0, on_disk)
     finally:
         client.close()
+
+
+def test_elections_and_reassignments_as_a_single_replica_cluster(admin_gateway):
+    """kafka-python's admin calls get Kafka's answers (no election needed, no reassignment in
+    progress, one log dir) instead of a closed connection."""
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import InvalidReplicationAssignmentError, LogDirNotFoundError, NoError
+    from kafka.structs import TopicPartitionReplica
+
+    gateway = admin_gateway
+    _produce(gateway, "moves", 1)
+    client = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
+    try:
+        answer = client.elect_leaders(0, {"moves": [0]}, raise_errors=False)
+        (result,) = answer.replica_election_results
+        assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, 84)]  # ELECTION_NOT_NEEDED
+        assert client.list_partition_reassignments() == {}
+        partition = TopicPartition("moves", 0)
+        assert client.alter_partition_reassignments({partition: [0]}) == {partition: None}
+        refused = client.alter_partition_reassignments({partition: [0, 1, 2]})
+        assert refused[partition] is InvalidReplicationAssignmentError
+        (broker,) = client.describe_log_dirs(["moves"])
+        here = broker["log_dirs"][0]["log_dir"]
+        replica = TopicPartitionReplica("moves", 0, 0)
+        assert client.alter_replica_log_dirs({replica: here}) == {replica: NoError}
+        assert client.alter_replica_log_dirs({replica: "/elsewhere"}) == {replica: LogDirNotFoundError}
+    finally:
+        client.close()
