@@ -99,9 +99,18 @@ async def handle_produce(ctx, request: Request, admitted):
             waits.append((key, part.index, base_offset, last_offset, ticket, target))
     admitted()
 
-    if body.acks == 0:
-        return None  # acks=0: no response; the data still goes through the same flush
     timeout = max(to_millis(body.timeout), 0) / 1000 or config.request_timeout_ms / 1000
+    if body.acks == 0:
+        # No response, but the request keeps its bytes in the memory budget until its flush
+        # is done, so a client producing with acks=0 faster than the store writes is held
+        # back instead of filling the partition buffers.
+        with trio.move_on_after(min(timeout, config.request_timeout_ms / 1000)):
+            for *_, last_offset, ticket, _ in waits:
+                try:
+                    await ticket.wait(last_offset)
+                except KafkaError:
+                    pass  # nobody to tell
+        return None
     with trio.move_on_after(min(timeout, config.request_timeout_ms / 1000)):
         for key, index, base_offset, last_offset, ticket, target in waits:
             try:

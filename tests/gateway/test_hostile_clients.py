@@ -289,3 +289,17 @@ async def test_the_inflight_gauge_follows_the_budget(nursery):
     await hog.stream.aclose()
     _opened.remove(hog.stream)
     await _until(lambda: registry.get_sample_value("kafscale_inflight_request_bytes") == 0)
+
+
+async def test_acks_0_produce_holds_its_memory_until_its_flush(nursery):
+    """acks=0 has no answer, but its bytes stay in the budget until they are written, so a
+    client producing with acks=0 faster than the store writes is held back, not buffered."""
+    running, _ = await _start(nursery, linger_ms=400)
+    client = await _connect(running)
+    await client.send(0, 9, produce("fire", build_batch([(None, b"z" * 100_000)]), acks=0), 1)
+    await _until(lambda: running.budget.used >= 100_000)
+    await trio.sleep(0.2)
+    assert running.budget.used >= 100_000  # still lingering, still counted
+    await _until(lambda: running.budget.used == 0)
+    body = await client.call(1, 12, fetch("fire", 0, 100), correlation_id=2)
+    assert b"z" * 1000 in body.responses[0].partitions[0].records
