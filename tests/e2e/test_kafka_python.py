@@ -55,3 +55,24 @@ def test_offsets_for_times_and_end_offsets(gateway):
     found = consumer.offsets_for_times({tp: 10_155})[tp]
     assert (found.offset, found.timestamp) == (16, 10_160)
     consumer.close()
+
+
+def test_offsets_for_times_on_a_missing_partition_times_out_promptly(gateway):
+    """Reported: kafka-python hung over 40 s here against the gateway (Kafka: a timeout after
+    request_timeout_ms). It must fail within the client's own timeout."""
+    import time
+
+    from kafka.errors import KafkaTimeoutError
+
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap)
+    producer.send("times", b"x").get(10)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap, request_timeout_ms=500, fetch_max_wait_ms=100)
+    try:
+        for missing in (TopicPartition("times", 5), TopicPartition("no-such-topic", 3)):
+            started = time.monotonic()
+            with pytest.raises(KafkaTimeoutError):
+                consumer.offsets_for_times({missing: 0})
+            assert time.monotonic() - started < 3
+    finally:
+        consumer.close()
