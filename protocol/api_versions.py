@@ -59,28 +59,28 @@ class VersionRange:
 
 
 # What we decode and answer. Lower bounds follow what kio generates (Produce
-# from v3, Fetch from v4: every client of the last seven years); upper bounds
-# stop before versions whose semantics we do not implement yet (KIP-848
-# consumer groups, KIP-890 transactions, share groups).
+# from v3, Fetch from v4: every client of the last seven years); upper bounds are
+# what Apache Kafka 3.9 serves, so clients that infer the broker's version from
+# ApiVersions (kafka-python) see 3.9.
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
-    ApiKey.PRODUCE: VersionRange(3, 9),
-    ApiKey.FETCH: VersionRange(4, 13),
-    ApiKey.LIST_OFFSETS: VersionRange(1, 7),
+    ApiKey.PRODUCE: VersionRange(3, 11),
+    ApiKey.FETCH: VersionRange(4, 17),
+    ApiKey.LIST_OFFSETS: VersionRange(1, 9),
     ApiKey.METADATA: VersionRange(0, 12),
-    ApiKey.OFFSET_COMMIT: VersionRange(2, 8),
-    ApiKey.OFFSET_FETCH: VersionRange(1, 8),
-    ApiKey.FIND_COORDINATOR: VersionRange(0, 4),
+    ApiKey.OFFSET_COMMIT: VersionRange(2, 9),
+    ApiKey.OFFSET_FETCH: VersionRange(1, 9),
+    ApiKey.FIND_COORDINATOR: VersionRange(0, 6),
     ApiKey.JOIN_GROUP: VersionRange(0, 9),
     ApiKey.HEARTBEAT: VersionRange(0, 4),
     ApiKey.LEAVE_GROUP: VersionRange(0, 5),
     ApiKey.SYNC_GROUP: VersionRange(0, 5),
     ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
-    ApiKey.LIST_GROUPS: VersionRange(0, 4),
-    ApiKey.API_VERSIONS: VersionRange(0, 3),
+    ApiKey.LIST_GROUPS: VersionRange(0, 5),
+    ApiKey.API_VERSIONS: VersionRange(0, 4),
     ApiKey.CREATE_TOPICS: VersionRange(2, 7),
     ApiKey.DELETE_TOPICS: VersionRange(1, 6),
     ApiKey.DELETE_RECORDS: VersionRange(0, 2),
-    ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),
+    ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),
     ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),

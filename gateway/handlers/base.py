@@ -14,7 +14,8 @@ from kafscale.protocol.entities import build
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request, response_class
 
-__all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions", "check_leader_epoch"]
+__all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions", "check_leader_epoch",
+           "leader_hint"]
 
 HandleFn = Callable[..., Awaitable[Any]]
 ErrorFn = Callable[[Request, ErrorCode], Any]
@@ -78,3 +79,15 @@ def check_leader_epoch(partition_epoch: int, current_leader_epoch: int | None) -
     if current_leader_epoch > partition_epoch:
         raise KafkaError(ErrorCode.unknown_leader_epoch,
                          f"epoch {current_leader_epoch} is newer than the leader's {partition_epoch}")
+
+
+def leader_hint(ctx, topic: str, partition: int) -> tuple[dict, list[dict]]:
+    """KIP-951 (Produce v10+, Fetch v16+): with NOT_LEADER_OR_FOLLOWER, the partition's
+    current leader and its endpoint, so the client goes there without a Metadata round."""
+    leader = ctx.ownership.leader(topic, partition)
+    if leader is None:
+        return dict(leader_id=-1, leader_epoch=-1), []
+    node_id, epoch = leader
+    endpoints = [dict(node_id=b.node_id, host=b.host, port=b.port, rack=None)
+                 for b in ctx.ownership.brokers() if b.node_id == node_id]
+    return dict(leader_id=node_id, leader_epoch=epoch), endpoints

@@ -18,7 +18,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..budget import RequestMemory, request_memory
-from .base import check_leader_epoch, register, respond
+from .base import check_leader_epoch, leader_hint, register, respond
 
 
 def _targets(ctx, request: Request):
@@ -60,7 +60,7 @@ async def handle_fetch(ctx, request: Request):
     memory = request_memory.get()
 
     while True:
-        responses, total, errors, logs = await _collect(ctx, targets, max_bytes, memory)
+        responses, total, errors, logs, endpoints = await _collect(ctx, targets, max_bytes, memory)
         if total >= min_bytes or errors or trio.current_time() >= deadline:
             break
         if memory is not None:
@@ -76,7 +76,8 @@ async def handle_fetch(ctx, request: Request):
                 partition_log.remove_waiter(woken)
     ctx.metrics.fetched_bytes.inc(total)
     # session_id 0: no incremental fetch session, clients keep sending full requests.
-    return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=responses))
+    return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=responses,
+                                 node_endpoints=endpoints))
 
 
 async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
@@ -84,6 +85,7 @@ async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
     total = 0
     errors = False
     logs = []
+    endpoints: dict[int, dict] = {}  # leaders named in NOT_LEADER_OR_FOLLOWER answers (Fetch v16+)
     for name, topic_id, topic in targets:
         partitions = []
         for part in topic.partitions:
@@ -95,7 +97,11 @@ async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
                 partition_log = await ctx.logs.get(name, part.partition)
                 check_leader_epoch(partition_log.epoch, getattr(part, "current_leader_epoch", None))
             except KafkaError as exc:
-                partitions.append(_partition(part.partition, exc.code))
+                entry = _partition(part.partition, exc.code)
+                if exc.code == ErrorCode.not_leader_or_follower:
+                    entry["current_leader"], found = leader_hint(ctx, name, part.partition)
+                    endpoints.update((e["node_id"], e) for e in found)
+                partitions.append(entry)
                 errors = True
                 continue
             logs.append(partition_log)
@@ -124,4 +130,4 @@ async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
             total += len(records)
             partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records))
         responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))
-    return responses, total, errors, logs
+    return responses, total, errors, logs, list(endpoints.values())

@@ -48,8 +48,13 @@ async def handle_describe_groups(ctx, request: Request):
 @register(ApiKey.LIST_GROUPS, error=lambda request, code: respond(request, dict(error_code=code, groups=[])))
 async def handle_list_groups(ctx, request: Request):
     wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
+    # v5 (KIP-848) filters by group type; every group here is a classic one.
+    types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}
+    if types and "classic" not in types:
+        return respond(request, dict(error_code=ErrorCode.none, groups=[]))
     groups = [
-        dict(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value)
+        dict(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
+             group_type="classic")
         for g in sorted(ctx.groups.groups.values(), key=lambda g: g.group_id)
         if g.state != GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
     ]

@@ -11,6 +11,8 @@ from .base import check_leader_epoch, register, respond
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # v8+ (KIP-1005): all of a log is "local" here
+LATEST_TIERED = -5  # v9+: nothing is tiered, as on a Kafka topic without remote storage
 
 
 def _partition(index: int, code: ErrorCode, offset: int = -1, timestamp: int = -1, epoch: int = -1) -> dict:
@@ -43,8 +45,10 @@ async def handle_list_offsets(ctx, request: Request):
 async def _lookup(partition_log, index: int, timestamp: int) -> dict:
     if timestamp == LATEST:
         return _partition(index, ErrorCode.none, partition_log.high_watermark, -1, partition_log.epoch)
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, partition_log.epoch)
+    if timestamp == LATEST_TIERED:
+        return _partition(index, ErrorCode.none, -1, -1, partition_log.epoch)
     if timestamp == MAX_TIMESTAMP:
         found = await partition_log.max_timestamp_offset()
     elif timestamp < 0:

@@ -13,7 +13,7 @@ from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 from kafscale.protocol.records import validate_record_set
 
-from .base import register, respond
+from .base import leader_hint, register, respond
 
 log = logging.getLogger("kafscale.handlers.produce")
 
@@ -21,7 +21,8 @@ log = logging.getLogger("kafscale.handlers.produce")
 def _partition(index: int, code: ErrorCode, base_offset: int = -1, log_start_offset: int = -1,
                message: str | None = None) -> dict:
     return dict(index=index, error_code=code, base_offset=base_offset, log_append_time=None,
-                log_start_offset=log_start_offset, record_errors=[], error_message=message)
+                log_start_offset=log_start_offset, record_errors=[], error_message=message,
+                current_leader=dict(leader_id=-1, leader_epoch=-1))
 
 
 def _error(request: Request, code: ErrorCode):
@@ -122,7 +123,12 @@ async def handle_produce(ctx, request: Request, admitted):
     for key, index, *_ in waits:
         results.setdefault(key, _partition(index, ErrorCode.request_timed_out, message="flush not durable in time"))
 
-    return respond(request, dict(responses=[
+    endpoints: dict[int, dict] = {}
+    for (name, index), result in results.items():
+        if result["error_code"] == ErrorCode.not_leader_or_follower:
+            result["current_leader"], found = leader_hint(ctx, name, index)
+            endpoints.update((e["node_id"], e) for e in found)
+    return respond(request, dict(node_endpoints=list(endpoints.values()), responses=[
         dict(name=topic.name, partition_responses=[results[(topic.name, p.index)] for p in topic.partition_data])
         for topic in body.topic_data
     ]))

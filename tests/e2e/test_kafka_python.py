@@ -76,3 +76,13 @@ def test_offsets_for_times_on_a_missing_partition_times_out_promptly(gateway):
             assert time.monotonic() - started < 3
     finally:
         consumer.close()
+
+
+def test_kafka_python_infers_the_broker_version_from_api_versions(gateway):
+    """kafka-python picks its protocol from the ApiVersions table: the gateway serves what
+    Kafka 3.9 serves (it used to infer 3.2)."""
+    consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap)
+    try:
+        assert consumer.config["api_version"] == (3, 9)
+    finally:
+        consumer.close()
