@@ -210,3 +210,48 @@ async def test_fetch_and_list_offsets_check_the_current_leader_epoch(nursery):
         assert await ask(3) == ErrorCode.none
         assert await ask(-1) == ErrorCode.none
     shutdown.set()
+
+
+async def test_not_leader_answers_name_the_leader_and_its_endpoint(nursery):
+    """KIP-951: Produce v10+ and Fetch v16+ carry the current leader and its address with
+    NOT_LEADER_OR_FOLLOWER, so a client goes there without a Metadata round."""
+    from kafscale.gateway.cluster.ownership import Broker, SoleGateway
+
+    class LedElsewhere(SoleGateway):
+        def brokers(self):
+            return [self.me, Broker(7, "other.example", 9999)]
+
+        def leader(self, topic, partition):
+            return (7, 4)
+
+        def owns(self, topic, partition):
+            return False
+
+    running, shutdown = await _start(nursery)
+    await running.context.logs.create_topic("far", 1)
+    running.context.logs.ownership = LedElsewhere(0, "127.0.0.1", running.port)
+    client = await connect(running.port)
+    body = build(request_class(0, 11), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[dict(
+        name="far", partition_data=[dict(index=0, records=build_batch([(None, b"x")]))])]))
+    await client.send(0, 11, body, 1)
+    _, answer = decode_response(0, 11, await client.receive())
+    partition = answer.responses[0].partition_responses[0]
+    assert partition.error_code == ErrorCode.not_leader_or_follower
+    assert (partition.current_leader.leader_id, partition.current_leader.leader_epoch) == (7, 4)
+    assert [(e.node_id, e.host, e.port) for e in answer.node_endpoints] == [(7, "other.example", 9999)]
+
+    topic_id = running.context.logs.topics()["far"].topic_id
+    fetch = build(request_class(1, 17), dict(
+        cluster_id=None, replica_state=dict(replica_id=-1, replica_epoch=-1), max_wait=0, min_bytes=0,
+        max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, topics=[dict(
+            topic_id=topic_id, partitions=[dict(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                last_fetched_epoch=-1, log_start_offset=-1,
+                                                partition_max_bytes=1 << 20, replica_directory_id=None)])],
+        forgotten_topics_data=[], rack_id=""))
+    await client.send(1, 17, fetch, 2)
+    _, answer = decode_response(1, 17, await client.receive())
+    partition = answer.responses[0].partitions[0]
+    assert partition.error_code == ErrorCode.not_leader_or_follower
+    assert (partition.current_leader.leader_id, partition.current_leader.leader_epoch) == (7, 4)
+    assert [e.node_id for e in answer.node_endpoints] == [7]
+    shutdown.set()
