@@ -7,6 +7,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..config import GatewayConfig
 from ..topic_configs import (
     DEFAULT_CONFIG,
     LIST_CONFIGS,
@@ -29,19 +30,54 @@ def _entry(name, value, source, read_only, documentation, include_docs, config_t
                 documentation=documentation if include_docs else None)
 
 
-def _broker_configs(ctx) -> dict[str, str]:
+_BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7  # Kafka's ConfigType
+_GATEWAY_DEFAULTS = GatewayConfig()
+
+
+def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
+    """The broker settings tools read, under Kafka's names: (name, value, source, type).
+    A value set by a gateway option that differs from its default is STATIC_BROKER_CONFIG."""
     config = ctx.config
-    return {
-        "broker.id": str(config.node_id),
-        "message.max.bytes": str(config.max_message_bytes),
-        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
-        "num.partitions": str(config.default_partitions),
-        "log.segment.bytes": str(config.segment_bytes),
-        "socket.request.max.bytes": str(config.max_frame_bytes),
-        "group.min.session.timeout.ms": str(config.group_min_session_timeout_ms),
-        "group.max.session.timeout.ms": str(config.group_max_session_timeout_ms),
-        "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
-    }
+    host, port = config.advertised
+
+    def option(name: str, kafka_name: str, kind: int, value: str | None = None):
+        own = getattr(config, name)
+        source = DEFAULT_CONFIG if own == getattr(_GATEWAY_DEFAULTS, name) else STATIC_BROKER_CONFIG
+        return kafka_name, str(own).lower() if kind == _BOOLEAN else (value or str(own)), source, kind
+
+    def fixed(kafka_name: str, value: str, kind: int):
+        return kafka_name, value, DEFAULT_CONFIG, kind
+
+    topic_defaults = effective_configs({}, config)
+    return [
+        option("node_id", "broker.id", _INT),
+        option("node_id", "node.id", _INT),
+        option("port", "listeners", _LIST, f"PLAINTEXT://{config.host}:{config.port}"),
+        option("advertised_host", "advertised.listeners", _LIST, f"PLAINTEXT://{host}:{port}"),
+        fixed("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT", _LIST),
+        fixed("inter.broker.listener.name", "PLAINTEXT", _STRING),
+        option("storage", "log.dirs", _LIST, ctx.logs.store.describe()),
+        option("max_message_bytes", "message.max.bytes", _INT),
+        option("segment_bytes", "log.segment.bytes", _INT),
+        fixed("log.retention.ms", topic_defaults["retention.ms"][0], _LONG),
+        fixed("log.retention.bytes", topic_defaults["retention.bytes"][0], _LONG),
+        fixed("log.cleanup.policy", topic_defaults["cleanup.policy"][0], _LIST),
+        option("retention_check_interval_ms", "log.retention.check.interval.ms", _LONG),
+        option("auto_create_topics", "auto.create.topics.enable", _BOOLEAN),
+        option("default_partitions", "num.partitions", _INT),
+        fixed("default.replication.factor", "1", _INT),
+        fixed("min.insync.replicas", "1", _INT),
+        fixed("offsets.topic.replication.factor", "1", _INT),
+        fixed("transaction.state.log.replication.factor", "1", _INT),
+        option("max_frame_bytes", "socket.request.max.bytes", _INT),
+        option("fetch_max_bytes", "fetch.max.bytes", _INT),
+        option("connections_max_idle_ms", "connections.max.idle.ms", _LONG),
+        option("max_inflight_bytes", "queued.max.request.bytes", _LONG),
+        option("group_min_session_timeout_ms", "group.min.session.timeout.ms", _INT),
+        option("group_max_session_timeout_ms", "group.max.session.timeout.ms", _INT),
+        option("group_initial_rebalance_delay_ms", "group.initial.rebalance.delay.ms", _INT),
+        fixed("delete.topic.enable", "true", _BOOLEAN),
+    ]
 
 
 def _describe_error(request: Request, code: ErrorCode):
@@ -72,8 +108,8 @@ async def handle_describe_configs(ctx, request: Request):
             if resource.resource_name not in ("", str(ctx.node_id)):
                 code, message = ErrorCode.invalid_request, f"unknown broker {resource.resource_name!r}"
             else:
-                for name, value in _broker_configs(ctx).items():
-                    entries.append(_entry(name, value, STATIC_BROKER_CONFIG, True, None, include_docs))
+                for name, value, source, kind in _broker_configs(ctx):
+                    entries.append(_entry(name, value, source, True, None, include_docs, kind))
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported"
         if keys is not None:

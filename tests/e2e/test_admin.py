@@ -206,3 +206,24 @@ def test_elections_and_reassignments_as_a_single_replica_cluster(admin_gateway):
         assert client.alter_replica_log_dirs({replica: "/elsewhere"}) == {replica: LogDirNotFoundError}
     finally:
         client.close()
+
+
+def test_broker_configs_tools_read(admin_gateway):
+    """kafka-python's admin reads the broker resource (advertised.listeners among others)."""
+    from kafka.admin import ConfigResource as PyConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    client = KafkaAdminClient(bootstrap_servers=admin_gateway.bootstrap)
+    try:
+        answer = client.describe_configs([PyConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
+        configs = answer["broker"]["0"]
+        assert configs["advertised.listeners"]["value"] == f"PLAINTEXT://127.0.0.1:{admin_gateway.port}"
+        assert configs["advertised.listeners"]["config_source"] == "DEFAULT_CONFIG"
+        assert configs["listeners"]["config_source"] == "STATIC_BROKER_CONFIG"  # --port given
+        assert (configs["log.segment.bytes"]["value"], configs["log.segment.bytes"]["config_source"]) == \
+            (str(64 * 2**20), "DEFAULT_CONFIG")
+        assert configs["default.replication.factor"]["value"] == "1"
+        assert configs["log.dirs"]["value"].startswith("file://")
+        assert configs["log.retention.check.interval.ms"]["config_source"] == "STATIC_BROKER_CONFIG"
+    finally:
+        client.close()
