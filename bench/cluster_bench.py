@@ -22,11 +22,10 @@ from . import report
 from .broker_bench import ROOT, Broker, _free_port, _load, tansu_binary
 
 sys.path.insert(0, str(ROOT))
+from kafscale.storage_backends import open_store  # noqa: E402
 from tests.support.etcd_server import EtcdServer  # noqa: E402
 from tests.support.s3_server import MotoServer  # noqa: E402
 from tests.support.seaweed_server import SeaweedServer  # noqa: E402
-
-from kafscale.storage_backends import open_store  # noqa: E402
 
 RUNS = [("100 B", 100, 200_000), ("1 KiB", 1024, 100_000)]
 PARTITIONS = 6
@@ -56,7 +55,7 @@ def _idle_etcd_rate(name: str, gateways) -> list:
     before = [_etcd_requests(b) for b in gateways.brokers]
     time.sleep(10)
     after = [_etcd_requests(b) for b in gateways.brokers]
-    rate = sum(a - b for a, b in zip(after, before)) / len(before) / 10
+    rate = sum(a - b for a, b in zip(after, before, strict=True)) / len(before) / 10
     row = [name, "idle, 10 s", "", "", "", "", "", f"{rate:.2f} requests/s per gateway"]
     print(" | ".join(row))
     return row

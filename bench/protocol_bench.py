@@ -43,11 +43,11 @@ def bench_validation() -> list[list]:
         data = _record_set(value_size, per_batch, batches, codec)
         count = per_batch * batches
 
-        def headers_only():
+        def headers_only(data=data):
             buffer = bytearray(data)  # the copy a produce handler makes to re-stamp
             restamp(buffer, split_batches(buffer), 0)
 
-        def with_records():
+        def with_records(data=data):
             buffer = bytearray(data)
             restamp(buffer, validate_record_set(buffer), 0)
 
@@ -67,7 +67,7 @@ def bench_decode() -> list[list]:
         headers = split_batches(data)
         count = sum(h.records_count for h in headers)
 
-        def run():
+        def run(data=data, headers=headers):
             for header in headers:
                 for _ in iter_records(data, header):
                     pass

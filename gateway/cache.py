@@ -6,7 +6,8 @@ fetches behind on an uncached segment each held its own copy: 1.3 GB in the abus
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Awaitable, Callable, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 import trio
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["GatewayConfig", "ConfigError", "load_config", "build_parser"]
 

@@ -7,8 +7,9 @@ import logging
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .context import GatewayContext
 from kafscale.protocol.layout import META_PREFIX
+
+from .context import GatewayContext
 
 __all__ = ["serve_http"]
 

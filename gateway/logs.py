@@ -9,15 +9,15 @@ import time
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.layout import topic_prefix
 
 from .cache import ByteLRU
 from .cluster.ownership import Ownership, SoleGateway
 from .config import GatewayConfig
-from kafscale.protocol.layout import topic_prefix
 from .metadata import MetadataStore, TopicInfo
 from .partition_log import LogSettings, PartitionLog
-from .topic_configs import int_config
 from .storage import AsyncStore
+from .topic_configs import int_config
 
 __all__ = ["LogManager", "validate_topic_name"]
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.index import SegmentIndex, build_index
+from kafscale.protocol.layout import index_key, parse_segment_key, partition_prefix, segment_key
 from kafscale.protocol.records import BatchHeader, iter_records, restamp
 from kafscale.protocol.segment import (
     SEGMENT_FOOTER_SIZE,
@@ -35,7 +36,6 @@ from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
 
 from .cache import ByteLRU
 from .producers import ProducerStates
-from kafscale.protocol.layout import index_key, parse_segment_key, partition_prefix, segment_key
 from .storage import AsyncStore
 
 __all__ = ["PartitionLog", "FlushTicket", "SegmentRef", "LogSettings"]

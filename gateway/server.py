@@ -117,7 +117,8 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
 
     async def on_connection(stream: trio.SocketStream) -> None:
         try:
-            peer = "%s:%d" % stream.socket.getpeername()[:2]
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
         except OSError:
             peer = "unknown"
         connection = Connection(ctx, stream, budget, peer)

@@ -8,8 +8,8 @@ this module is the one place that says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 

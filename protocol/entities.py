@@ -23,7 +23,7 @@ _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
 
 @cache
-def _plan(cls: type) -> tuple[tuple[str, str | None, type | None, bool], ...]:
+def _plan(cls: Any) -> tuple[tuple[str, str | None, type | None, bool], ...]:
     """For each field: (name, kafka_type, nested entity type or None, required)."""
     hints = typing.get_type_hints(cls)
     plan = []
@@ -51,7 +51,7 @@ def _nested_entity(annotation: Any) -> type | None:
     return None
 
 
-def build(cls: type, values: dict[str, Any]) -> Any:
+def build(cls: Any, values: dict[str, Any]) -> Any:
     """Instantiate ``cls`` (a kio entity) from ``values``; unknown keys are ignored."""
     kwargs = {}
     for name, kafka_type, nested, required in _plan(cls):

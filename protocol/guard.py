@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import fields
 from functools import cache
+from typing import Any
 
 from kio.serial._introspect import (
     EntityField,
@@ -43,7 +44,7 @@ _ENTITY, _ENTITY_ARRAY, _PRIMITIVE, _PRIMITIVE_ARRAY = range(4)
 
 
 @cache
-def _plan(entity_type: type) -> tuple[tuple[tuple, ...], dict[int, tuple]]:
+def _plan(entity_type: Any) -> tuple[tuple[tuple, ...], dict[int, tuple]]:
     regular = []
     tagged = {}
     for item in fields(entity_type):
@@ -51,6 +52,7 @@ def _plan(entity_type: type) -> tuple[tuple[tuple, ...], dict[int, tuple]]:
             continue
         classified = classify_field(item)
         nullable = is_optional(item)
+        step: tuple[int, str | None, type | None, bool]
         if isinstance(classified, EntityTupleField):
             step = (_ENTITY_ARRAY, None, classified.type_, nullable)
         elif isinstance(classified, EntityField):
@@ -111,7 +113,7 @@ def check_lengths(entity_type: type, data: bytes, pos: int) -> None:
     _walk_entity(entity_type, _Cursor(data, pos, len(data)))
 
 
-def _walk_entity(entity_type: type, cursor: _Cursor) -> None:
+def _walk_entity(entity_type: Any, cursor: _Cursor) -> None:
     regular, tagged = _plan(entity_type)
     flexible = entity_type.__flexible__
     for step in regular:
@@ -121,12 +123,12 @@ def _walk_entity(entity_type: type, cursor: _Cursor) -> None:
             tag = cursor.uvarint()
             size = cursor.uvarint()
             cursor.need(size)
-            step = tagged.get(tag)
-            if step is None:
+            found = tagged.get(tag)
+            if found is None:
                 cursor.pos += size
                 continue
             inner = _Cursor(cursor.data, cursor.pos, cursor.pos + size)
-            _walk_step(step, inner, flexible)
+            _walk_step(found, inner, flexible)
             cursor.pos += size
 
 

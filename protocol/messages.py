@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -51,22 +52,22 @@ class Request:
 
 
 @cache
-def request_class(api_key: int, api_version: int) -> type:
+def request_class(api_key: int, api_version: int) -> Any:
     return load_request_schema(api_key, api_version)
 
 
 @cache
-def response_class(api_key: int, api_version: int) -> type:
+def response_class(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
 @cache
-def _reader(entity_type: type) -> Callable[[Any, int], tuple[Any, int]]:
+def _reader(entity_type: Any) -> Callable[[Any, int], tuple[Any, int]]:
     return entity_reader(entity_type)
 
 
 @cache
-def _writer(entity_type: type) -> Callable[[Any, Any], None]:
+def _writer(entity_type: Any) -> Callable[[Any, Any], None]:
     return entity_writer(entity_type)
 
 
@@ -153,14 +154,14 @@ def decode_request(frame: bytes, *, strict: bool = False) -> Request:
     return Request(header, body)
 
 
-def _response_header_is_flexible(api_key: int, api_version: int, body_type: type) -> bool:
+def _response_header_is_flexible(api_key: int, api_version: int, body_type: type[Any]) -> bool:
     # ApiVersions always answers with header v0 so that any client can read it.
     return api_key != ApiKey.API_VERSIONS and bool(body_type.__flexible__)
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:
     """Encode a response payload (without the size prefix) for ``header``."""
-    body_type = type(body)
+    body_type: Any = type(body)
     out = io.BytesIO()
     out.write(struct.pack(">i", header.correlation_id))
     if _response_header_is_flexible(header.api_key, header.api_version, body_type):
@@ -173,7 +174,7 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
 
 
 def encode_request(header: RequestHeader, body: Any) -> bytes:
-    body_type = type(body)
+    body_type: Any = type(body)
     out = io.BytesIO()
     out.write(_HEADER_PREFIX.pack(header.api_key, header.api_version, header.correlation_id))
     if header.client_id is None:

@@ -24,19 +24,21 @@ The produce hot path only parses headers, checks CRCs and rewrites
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple, cast
 
 from crc32c import crc32c
 
 from .compression import Compression, compress, decompress
 from .errors import CorruptBatch, InvalidRecord
+from .varint import read_varint, write_varint
 
+_native_walk: Callable[[Any, int, int, int], int] | None
 try:  # the C record walk (protocol/_record_walk.c); the Python one below is the reference
     from ._record_walk import walk as _native_walk
 except ImportError:  # pragma: no cover - a build without a compiler
     _native_walk = None
-from .varint import read_varint, write_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -128,7 +130,7 @@ def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
             f"{len(data) - pos} bytes left at position {pos}, a batch header needs 61"
         )
     fields = _HEADER.unpack_from(data, pos)
-    header = BatchHeader(*fields, position=pos)
+    header = BatchHeader(*fields, position=pos)  # type: ignore[misc]  # the 13 header fields, then where
     if header.magic != 2:
         raise CorruptBatch(f"unsupported record batch magic {header.magic} (only v2)")
     if header.batch_length < BATCH_HEADER_SIZE - _OVERHEAD:
@@ -295,7 +297,7 @@ def iter_records(batch: bytes | memoryview, header: BatchHeader | None = None) -
     """
     if header is None:
         header = parse_batch_header(batch, 0)
-    columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    columns: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [], [])
     decode_columns(batch, header, -(1 << 63), 1 << 63, columns)
     return map(Record, *columns)
 
@@ -346,7 +348,7 @@ def build_batch(
         if isinstance(item, Record):
             normalised.append(item)
         else:
-            key, value = item
+            key, value = cast("tuple[bytes | None, bytes | None]", item)
             normalised.append(Record(base_offset + index, base_timestamp, key, value))
     if not normalised:
         raise ValueError("a batch needs at least one record")
@@ -408,7 +410,7 @@ def _write_nullable(data: bytes | None, out: bytearray) -> None:
         out += data
 
 
-def _zigzag_fast(data: bytes, pos: int) -> tuple[int, int]:
+def _zigzag_fast(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """read_varint with the one- and two-byte cases (most record fields) unrolled.
     Callers turn the IndexError of truncated data into CorruptBatch."""
     first = data[pos]

@@ -7,7 +7,7 @@ from .errors import CorruptBatch
 __all__ = ["read_varint", "write_varint", "varint_size"]
 
 
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varint (up to 64 bits); returns ``(value, next_pos)``."""
     try:
         byte = data[pos]

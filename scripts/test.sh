@@ -30,6 +30,7 @@ fi
 (cd tests/clients/node && npm ci --no-audit --no-fund --silent)
 
 "$VENV/bin/ruff" check .
+"$VENV/bin/python" -m mypy protocol storage_backends
 
 status=0
 "$VENV/bin/python" -m pytest "$@" || status=$?

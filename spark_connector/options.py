@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 __all__ = ["ReadOptions", "OptionError", "parse_options", "EARLIEST", "LATEST"]
 

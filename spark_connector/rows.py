@@ -3,7 +3,7 @@ is exactly what Spark expects for the Kafka source's columns."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -45,7 +45,7 @@ class S3Backend(ObstoreBackend):
         store = S3Store(
             bucket,
             prefix=prefix or None,
-            config=config,
+            config=config,  # type: ignore[arg-type]  # obstore's S3Config TypedDict, built key by key
             client_options={"allow_http": options.allow_http, "timeout": timeout,
                             "connect_timeout": min(timeout, datetime.timedelta(seconds=5))},
             retry_config={"max_retries": options.retries, "retry_timeout": timeout,

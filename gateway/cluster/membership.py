@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+
 import trio
 
 from kafscale.protocol.errors import KafkaError

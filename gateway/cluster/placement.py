@@ -34,6 +34,8 @@ class Placement:
         ring = sorted((_hash(f"gateway-{b}#{i}"), b) for b in self.brokers for i in range(VNODES))
         self._points = [point for point, _ in ring]
         self._owners = [b for _, b in ring]
+        # Cached per placement (a new one is made when the gateways change).
+        self.topic = lru_cache(maxsize=4096)(self._topic)
 
     def _walk(self, key: str):
         """Gateways in ring order from ``key``'s position (each point, so repeats)."""
@@ -42,8 +44,7 @@ class Placement:
         for step in range(size):
             yield self._owners[(start + step) % size]
 
-    @lru_cache(maxsize=4096)
-    def topic(self, topic: str, partitions: int) -> tuple[int, ...]:
+    def _topic(self, topic: str, partitions: int) -> tuple[int, ...]:
         """The owner of each partition of ``topic``."""
         base, extra = divmod(partitions, len(self.brokers))
         room = dict.fromkeys(self.brokers, base)

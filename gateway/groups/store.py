@@ -13,6 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from kafscale.protocol.layout import META_PREFIX
+
 from ..storage import AsyncStore
 
 __all__ = ["GroupStore", "StoredGroup", "CommittedOffset", "slot_of"]

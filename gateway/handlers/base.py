@@ -6,8 +6,9 @@ version table, so we never advertise an API we cannot answer.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, VersionRange
 from kafscale.protocol.entities import build

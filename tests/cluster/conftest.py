@@ -10,7 +10,10 @@ import pytest
 
 from kafscale.protocol.layout import parse_segment_key
 from kafscale.protocol.segment import (
-    SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, parse_segment_footer, parse_segment_header,
+    SEGMENT_FOOTER_SIZE,
+    SEGMENT_HEADER_SIZE,
+    parse_segment_footer,
+    parse_segment_header,
 )
 from kafscale.storage_backends import open_store
 from tests.support.etcd_server import EtcdServer

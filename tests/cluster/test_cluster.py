@@ -128,7 +128,7 @@ def verify(cluster, topic: str, partitions: int, acked: list) -> dict:
         offsets = sorted(o for p, o in stored if p == partition)
         assert offsets == list(range(len(offsets))), f"partition {partition} has holes"
         ranges = cluster.segment_ranges(topic, partition)
-        for (base, last), (next_base, _) in zip(ranges, ranges[1:]):
+        for (_, last), (next_base, _) in zip(ranges, ranges[1:], strict=False):
             assert last < next_base, f"segments of {topic}-{partition} overlap: {ranges}"
     copies: dict[str, int] = {}
     for value in stored.values():
@@ -150,9 +150,9 @@ def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster
     # refreshed (cluster_refresh_ms), the same leaders as etcd.
     for gateway in cluster.gateways:
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-        leaders = lambda: {p: m.leader for p, m in admin.list_topics("spread", timeout=10).topics["spread"].partitions.items()}  # noqa: E731
-        wait_until(lambda: leaders() == {p: node for p, (node, _) in owners.items()}, 5,
-                   lambda: f"{gateway.bootstrap} reports leaders {leaders()}, etcd {owners}")
+        leaders = lambda: {p: m.leader for p, m in admin.list_topics("spread", timeout=10).topics["spread"].partitions.items()}  # noqa: E731, B023 (used in this iteration)
+        wait_until(lambda: leaders() == {p: node for p, (node, _) in owners.items()}, 5,  # noqa: B023
+                   lambda: f"{gateway.bootstrap} reports leaders {leaders()}, etcd {owners}")  # noqa: B023
         metadata = admin.list_topics("spread", timeout=10)
         assert sorted((b.id, b.port) for b in metadata.brokers.values()) == \
             sorted((i, g.port) for i, g in enumerate(cluster.gateways))
@@ -351,7 +351,7 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     # One record per batch, many batches per request: segments may split between batches.
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 50,
                          "batch.num.messages": 1})
-    for i in range(200):
+    for _ in range(200):
         producer.produce(topic, value=b"x" * 100, partition=0)
     assert producer.flush(30) == 0
     before = cluster.segment_ranges(topic, 0)
@@ -363,7 +363,7 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     admin.incremental_alter_configs([resource])[resource].result(10)
     assert 'api="INCREMENTAL_ALTER_CONFIGS"' not in cluster.gateways[owner].metrics()  # changed elsewhere
     time.sleep(1.0)  # a few refreshes of the owner
-    for i in range(200):  # ~35 KB of batches: split into ~2 KB segments by the owner
+    for _ in range(200):  # ~35 KB of batches: split into ~2 KB segments by the owner
         producer.produce(topic, value=b"y" * 100, partition=0)
     assert producer.flush(30) == 0
     after = cluster.segment_ranges(topic, 0)[len(before):]

@@ -117,7 +117,7 @@ def test_memory_stays_bounded_and_a_normal_client_is_served(tmp_path):
         while time.monotonic() < deadline:
             started = time.monotonic()
             delivered = []
-            producer.produce("normal", value=b"hello", on_delivery=lambda err, msg: delivered.append(err))
+            producer.produce("normal", value=b"hello", on_delivery=lambda err, msg, delivered=delivered: delivered.append(err))
             producer.flush(10)
             assert delivered == [None], f"a normal produce failed under abuse: {delivered}"
             latencies.append(time.monotonic() - started)

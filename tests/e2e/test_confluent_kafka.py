@@ -46,7 +46,7 @@ def test_produce_every_codec_restart_and_consume(gateway):
             producer.produce("orders", key=key, value=(f"value {i} " * 10).encode(),
                              headers=[("codec", codec.encode()), ("n", str(i).encode())],
                              timestamp=BASE_TS + i,
-                             on_delivery=lambda err, msg: delivered.append((err, msg)))
+                             on_delivery=lambda err, msg: delivered.append((err, msg)))  # noqa: B023 (flushed below)
         assert producer.flush(30) == 0
         assert all(err is None for err, _ in delivered), [err for err, _ in delivered if err]
         for _, msg in delivered:  # delivery reports carry no headers: rebuild them

@@ -4,10 +4,10 @@ import pytest
 import trio
 
 from kafscale.gateway.cache import ByteLRU
-from kafscale.protocol.layout import segment_key
 from kafscale.gateway.partition_log import LogSettings, PartitionLog
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol import ErrorCode, KafkaError, build_batch, iter_records
+from kafscale.protocol.layout import segment_key
 from kafscale.protocol.records import Record, split_batches
 from kafscale.protocol.segment import SegmentBuilder
 from kafscale.storage_backends import LocalBackend, MemoryBackend, StorageUnavailable

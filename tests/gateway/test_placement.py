@@ -17,7 +17,7 @@ def test_every_gateway_leads_floor_or_ceiling_of_its_share(partitions, brokers, 
 
 
 def _moved(before, after) -> float:
-    return sum(1 for a, b in zip(before, after) if a != b) / len(before)
+    return sum(1 for a, b in zip(before, after, strict=True) if a != b) / len(before)
 
 
 def test_a_joining_or_leaving_gateway_moves_about_its_share():

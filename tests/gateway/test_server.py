@@ -13,11 +13,10 @@ from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import decode_response, request_class
 from tests.support.wire_client import Client
-from tests.support.wire_client import start_gateway as _start
 from tests.support.wire_client import config as _config
 from tests.support.wire_client import fetch as _fetch
 from tests.support.wire_client import produce as _produce
-
+from tests.support.wire_client import start_gateway as _start
 
 _open_clients: list = []
 

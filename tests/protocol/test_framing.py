@@ -16,7 +16,7 @@ def test_frames_survive_any_chunking(frames, cuts):
     decoder = FrameDecoder(max_frame_size=1024)
     received = []
     boundaries = sorted({cut % (len(stream) + 1) for cut in cuts} | {0, len(stream)})
-    for start, end in zip(boundaries, boundaries[1:]):
+    for start, end in zip(boundaries, boundaries[1:], strict=False):
         decoder.feed(stream[start:end])
         while (frame := decoder.next_frame()) is not None:
             received.append(frame)

@@ -107,10 +107,10 @@ def test_timestamps_and_partition_splitting(spark, produced):
     everything = read()
     key = lambda df: sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())  # noqa: E731
     start_ms, end_ms = 1_700_000_000_000 + 1505, 1_700_000_000_000 + 4005
-    as_ts = lambda ms: datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)  # noqa: E731
+    as_ts = lambda ms: datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)  # noqa: E731
     assert key(read(startingTimestamp=str(start_ms))) == key(everything.filter(F.col("timestamp") >= as_ts(start_ms)))
     assert key(read(endingTimestamp=str(end_ms))) == key(everything.filter(F.col("timestamp") < as_ts(end_ms)))
-    by_partition = read(startingOffsetsByTimestamp='{"sp-zstd": {"0": %d}}' % start_ms)
+    by_partition = read(startingOffsetsByTimestamp=f'{{"sp-zstd": {{"0": {start_ms}}}}}')
     assert key(by_partition) == key(everything.filter((F.col("partition") != 0) | (F.col("timestamp") >= as_ts(start_ms))))
 
     split = read(maxRecordsPerPartition="50")
@@ -138,7 +138,7 @@ def test_corrupt_segment_gives_the_documented_error(spark, tmp_path):
     gateway = GatewayProcess(tmp_path / "data").start()
     try:
         producer = Producer({"bootstrap.servers": gateway.bootstrap})
-        for i in range(20):
+        for _ in range(20):
             producer.produce("bad", value=b"x" * 50, partition=0)
         assert producer.flush(10) == 0
     finally:

@@ -84,7 +84,7 @@ def test_ranges(store):
 
 
 def test_list_is_sorted_and_prefixed(store):
-    keys = ["ns/t/0/segment-%020d.kfs" % o for o in (500, 3, 10_000, 42)] + ["ns/u/0/x", "other/y"]
+    keys = [f"ns/t/0/segment-{o:020d}.kfs" for o in (500, 3, 10_000, 42)] + ["ns/u/0/x", "other/y"]
     for key in keys:
         store.put(key, b"x" * len(key))
     listed = store.list("ns/t/0/")

@@ -68,7 +68,7 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            raise RuntimeError(f"gateway did not stop within {timeout}s on signal {sig}")
+            raise RuntimeError(f"gateway did not stop within {timeout}s on signal {sig}") from None
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -10,9 +10,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from tests.support.gateway_process import free_port
-
 from kafscale.storage_backends import S3Options
+from tests.support.gateway_process import free_port
 
 
 class MotoServer:

@@ -52,7 +52,8 @@ class SeaweedServer:
             except StorageError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"SeaweedFS S3 not ready:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+                    raise RuntimeError(
+                        f"SeaweedFS S3 not ready:\n{self.log_path.read_text(errors='replace')[-3000:]}") from None
                 time.sleep(0.2)
 
     def options(self) -> S3Options:

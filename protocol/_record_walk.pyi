@@ -1,0 +1,3 @@
+from typing_extensions import Buffer
+
+def walk(buffer: Buffer, pos: int, end: int, count: int, /) -> int: ...
