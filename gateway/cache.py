@@ -33,12 +33,20 @@ class ByteLRU(Generic[V]):
     async def load(self, key: str, size: int, loader: Callable[[], Awaitable[V]]) -> V:
         """The cached value, or ``loader()``'s, which is cached; concurrent callers for the
         same key share one load, and loads wait while too many bytes are being loaded."""
-        value = self.get(key)
-        if value is not None:
-            return value
-        pending = self._loads.get(key)
-        if pending is not None:
-            return await pending.result()
+        while True:
+            value = self.get(key)
+            if value is not None:
+                return value
+            pending = self._loads.get(key)
+            if pending is None:
+                break
+            await pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
+            # Otherwise it was loaded (and is cached, unless too big: then load it again),
+            # or its loader was cancelled: look again.
+            if pending.value is not None:
+                return pending.value
         pending = self._loads[key] = _Load()
         try:
             while self._loading_bytes and self._loading_bytes + size > self._loading_limit:
@@ -52,11 +60,12 @@ class ByteLRU(Generic[V]):
             self.put(key, value, size)
             pending.finish(value, None)
             return value
-        except BaseException as exc:
+        except Exception as exc:  # the readers waiting for this load get the same error
             pending.finish(None, exc)
             raise
         finally:
             del self._loads[key]
+            pending.done.set()  # a cancelled load: the readers waiting for it load it themselves
 
     def get(self, key: str) -> V | None:
         item = self._items.get(key)
@@ -93,14 +102,8 @@ class _Load:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.value = None
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
 
-    def finish(self, value, error: BaseException | None) -> None:
+    def finish(self, value, error: Exception | None) -> None:
         self.value, self.error = value, error
         self.done.set()
-
-    async def result(self):
-        await self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
