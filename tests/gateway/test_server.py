@@ -142,9 +142,8 @@ async def test_a_client_resetting_its_connection_does_not_stop_the_server(nurser
     shutdown.set()
 
 
-async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
-    """KIP-320 answers against the epoch the partition was loaded under (in a cluster, the
-    owner's); the log is never truncated, so a valid epoch always ends at the high watermark."""
+async def _serving_at_epoch_3(nursery):
+    """A gateway whose partitions are at leader epoch 3 (as after moves in a cluster), and a client."""
     from kafscale.gateway.cluster.ownership import SoleGateway
 
     class OwnerAtEpoch3(SoleGateway):
@@ -153,7 +152,13 @@ async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
 
     running, shutdown = await _start(nursery)
     running.context.logs.ownership = OwnerAtEpoch3(0, "127.0.0.1", running.port)
-    client = await connect(running.port)
+    return running, shutdown, await connect(running.port)
+
+
+async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
+    """KIP-320 answers against the epoch the partition was loaded under (in a cluster, the
+    owner's); the log is never truncated, so a valid epoch always ends at the high watermark."""
+    running, shutdown, client = await _serving_at_epoch_3(nursery)
     await client.send(0, 9, _produce("ep", build_batch([(None, b"a"), (None, b"b"), (None, b"c")])), 1)
     await client.receive()
 
@@ -176,15 +181,7 @@ async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
 async def test_fetch_and_list_offsets_check_the_current_leader_epoch(nursery):
     """A client with stale metadata is told FENCED_LEADER_EPOCH (one ahead of us,
     UNKNOWN_LEADER_EPOCH), as Kafka's leader does, so it refreshes; -1 skips the check."""
-    from kafscale.gateway.cluster.ownership import SoleGateway
-
-    class OwnerAtEpoch3(SoleGateway):
-        def leader(self, topic, partition):
-            return (self.node_id, 3)
-
-    running, shutdown = await _start(nursery)
-    running.context.logs.ownership = OwnerAtEpoch3(0, "127.0.0.1", running.port)
-    client = await connect(running.port)
+    running, shutdown, client = await _serving_at_epoch_3(nursery)
     await client.send(0, 9, _produce("fe", build_batch([(None, b"a")])), 1)
     await client.receive()
 
