@@ -16,7 +16,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from .config import GatewayConfig
 
 __all__ = ["TOPIC_CONFIGS", "TopicConfig", "validate_topic_configs", "effective_configs", "int_config",
-           "LIST_CONFIGS", "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "TOPIC_CONFIG"]
+           "option_source", "LIST_CONFIGS", "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "TOPIC_CONFIG"]
 
 # Kafka's ConfigSource values for where a value comes from
 TOPIC_CONFIG = 1
@@ -86,13 +86,17 @@ LIST_CONFIGS = {name for name, spec in TOPIC_CONFIGS.items() if spec.config_type
 _OPTION_DEFAULTS = {item.name: item.default for item in fields(GatewayConfig)}
 
 
+def option_source(broker: GatewayConfig, option: str) -> int:
+    """Where a gateway option's value comes from, as Kafka says it of broker settings:
+    STATIC_BROKER_CONFIG when it was set to something else than its default."""
+    return DEFAULT_CONFIG if getattr(broker, option) == _OPTION_DEFAULTS[option] else STATIC_BROKER_CONFIG
+
+
 def _default(spec: TopicConfig, broker: GatewayConfig) -> tuple[str, int]:
     """The value a topic gets when it does not set ``spec``, and that value's source."""
     if spec.broker_option is None:
         return spec.default, DEFAULT_CONFIG
-    value = getattr(broker, spec.broker_option)
-    source = DEFAULT_CONFIG if value == _OPTION_DEFAULTS[spec.broker_option] else STATIC_BROKER_CONFIG
-    return str(value), source
+    return str(getattr(broker, spec.broker_option)), option_source(broker, spec.broker_option)
 
 
 def effective_configs(configs: dict[str, str], broker: GatewayConfig) -> dict[str, tuple[str, int]]:

@@ -205,7 +205,7 @@ def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompresse
 
 def walk_records(payload: bytes | memoryview, pos: int, end: int, count: int, *, native: bool = True) -> int:
     """Walk ``count`` records in ``payload[pos:end]``; returns where the last one ends.
-    The C walk when built (about 40 ns a record), else the Python one (about 800 ns)."""
+    The C walk when built (a few ns a record), else the Python one (about 1 us)."""
     if native and _native_walk is not None:
         try:
             return _native_walk(payload, pos, end, count)
@@ -219,38 +219,22 @@ def walk_records(payload: bytes | memoryview, pos: int, end: int, count: int, *,
 
 
 def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int) -> int:
-    # One-byte varints (most lengths and deltas) are decoded inline.
-    varint = _zigzag_fast
+    # The reference for the C walk, and its fallback: plain rather than fast.
     for expected in range(count):
         if pos >= end:
             raise InvalidRecord(f"batch holds {expected} records, its header says {count}")
-        byte = payload[pos]
-        if byte < 0x80:
-            length, pos = (byte >> 1) ^ -(byte & 1), pos + 1
-        else:
-            length, pos = varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         record_end = pos + length
         if length < 6 or record_end > end:
             raise CorruptBatch(f"record length {length} runs past the batch")
-        _, cursor = varint(payload, pos + 1)  # the attributes byte, then the timestamp delta
-        byte = payload[cursor]
-        if byte < 0x80:
-            offset_delta, cursor = (byte >> 1) ^ -(byte & 1), cursor + 1
-        else:
-            offset_delta, cursor = varint(payload, cursor)
+        _, cursor = read_varint(payload, pos + 1)  # the attributes byte, then the timestamp delta
+        offset_delta, cursor = read_varint(payload, cursor)
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
-        for _ in range(2):  # key, value
-            byte = payload[cursor]
-            if byte < 0x80:
-                cursor += 1 + max((byte >> 1) ^ -(byte & 1), 0)
-            else:
-                size, cursor = varint(payload, cursor)
-                cursor += max(size, 0)
-        if payload[cursor]:
-            cursor = _skip_headers(payload, cursor, record_end, expected)
-        else:
-            cursor += 1
+        for _ in range(2):  # key, value; a negative length is null
+            size, cursor = read_varint(payload, cursor)
+            cursor += max(size, 0)
+        cursor = _skip_headers(payload, cursor, record_end, expected)
         if cursor != record_end:
             raise CorruptBatch(f"record {expected}: its fields do not add up to its length {length}")
         pos = record_end

@@ -33,7 +33,7 @@ def main() -> int:
         return report
 
     report = trio.run(campaign)
-    print(report.line(), f"{report.unexpected} unexpected handler errors")
+    print(report.line())
     return 1 if report.hangs or report.unexpected else 0
 
 

@@ -7,13 +7,12 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from ..config import GatewayConfig
 from ..topic_configs import (
     DEFAULT_CONFIG,
     LIST_CONFIGS,
-    STATIC_BROKER_CONFIG,
     TOPIC_CONFIGS,
     effective_configs,
+    option_source,
     validate_topic_configs,
 )
 from .base import register, respond
@@ -31,7 +30,6 @@ def _entry(name, value, source, read_only, documentation, include_docs, config_t
 
 
 _BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7  # Kafka's ConfigType
-_GATEWAY_DEFAULTS = GatewayConfig()
 
 
 def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
@@ -42,8 +40,8 @@ def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
 
     def option(name: str, kafka_name: str, kind: int, value: str | None = None):
         own = getattr(config, name)
-        source = DEFAULT_CONFIG if own == getattr(_GATEWAY_DEFAULTS, name) else STATIC_BROKER_CONFIG
-        return kafka_name, str(own).lower() if kind == _BOOLEAN else (value or str(own)), source, kind
+        shown = str(own).lower() if kind == _BOOLEAN else (value or str(own))
+        return kafka_name, shown, option_source(config, name), kind
 
     def fixed(kafka_name: str, value: str, kind: int):
         return kafka_name, value, DEFAULT_CONFIG, kind

@@ -1,6 +1,7 @@
 """Broken and hostile clients against an in-process gateway: each test is one way a
 single client used to stop a gateway, exhaust its memory or corrupt its offsets."""
 
+import socket
 import struct
 
 import pytest
@@ -218,7 +219,7 @@ async def test_a_client_that_stops_reading_is_closed_after_the_stall_time(nurser
     running, _ = await _start(nursery, connection_stall_ms=500)
     await _fill(running, "big", 12)
     hog = await _connect(running)
-    hog.stream.socket.setsockopt(__import__("socket").SOL_SOCKET, __import__("socket").SO_RCVBUF, 4096)
+    hog.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     await hog.send(1, 12, fetch("big", 0, 100, max_bytes=50 * 2**20, partition_max_bytes=50 * 2**20), 1)
     await _until(lambda: running.budget.used > 0)
     await _until(lambda: running.budget.used == 0, seconds=10)

@@ -45,10 +45,12 @@ class FuzzReport:
     closed: int = 0  # the gateway closed the connection (a protocol violation)
     hangs: list[bytes] = field(default_factory=list)
     peak_rss_mib: float = 0.0
+    unexpected: int = 0  # requests a handler failed on (UNKNOWN_SERVER_ERROR or an unencodable answer)
 
     def line(self) -> str:
         return (f"{self.frames} frames: {self.answered} answered, {self.closed} connections closed, "
-                f"{len(self.hangs)} hangs, peak RSS {self.peak_rss_mib:.0f} MiB")
+                f"{len(self.hangs)} hangs, {self.unexpected} unexpected handler errors, "
+                f"peak RSS {self.peak_rss_mib:.0f} MiB")
 
 
 class RecordingProxy:
