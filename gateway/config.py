@@ -54,9 +54,16 @@ class GatewayConfig:
     coordinator_slots: int = _opt(16, "group-coordinator slots spread over the gateways (fixed per cluster)", minimum=1)
 
     # Produce path
-    linger_ms: int = _opt(0, "extra wait before a flush; requests arriving while a flush is in flight always share the next one", minimum=0)
-    flush_bytes: int = _opt(4 * 2**20, "flush a partition as soon as this many bytes wait", minimum=1)
-    segment_bytes: int = _opt(64 * 2**20, "largest segment object; a bigger flush is split", minimum=1024)
+    linger_ms: int = _opt(
+        -1, "extra wait before writing a log object (-1: 0 on the filesystem, 200 on S3); requests "
+        "arriving while one is written always share the next", minimum=-1)
+    flush_bytes: int = _opt(
+        -1, "write a log object as soon as this many bytes wait (-1: 4 MiB on the filesystem, 8 MiB on S3)",
+        minimum=-1)
+    segment_bytes: int = _opt(64 * 2**20, "largest segment object compaction writes", minimum=1024)
+    compaction_delay_ms: int = _opt(
+        60_000, "longest a partition's records stay in shared log objects before compaction into a "
+        "segment (sooner once segment_bytes wait)", minimum=0)
     index_interval: int = _opt(1000, "records between sparse index entries", minimum=1)
     producer_scan_bytes: int = _opt(
         8 * 2**20, "newest segment bytes read when a partition loads, to rebuild idempotent-producer state", minimum=0)
@@ -102,6 +109,19 @@ class GatewayConfig:
     # Logs
     log_level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     log_format: str = _opt("text", "log line format", choices=("text", "json"))
+
+    @property
+    def on_s3(self) -> bool:
+        return self.storage.startswith("s3://")
+
+    @property
+    def flush_linger_ms(self) -> int:
+        """linger_ms, or the backend's default: an S3 PUT costs money, a file write does not."""
+        return self.linger_ms if self.linger_ms >= 0 else (200 if self.on_s3 else 0)
+
+    @property
+    def flush_max_bytes(self) -> int:
+        return self.flush_bytes if self.flush_bytes > 0 else (8 if self.on_s3 else 4) * 2**20
 
     @property
     def advertised(self) -> tuple[str, int]:

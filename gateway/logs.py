@@ -1,4 +1,5 @@
-"""The partitions this gateway serves: one :class:`PartitionLog` and flusher task each."""
+"""The partitions this gateway serves: one :class:`PartitionLog` each, the writer they share,
+compaction and retention."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ from kafscale.protocol.layout import topic_prefix
 
 from .cache import ByteLRU
 from .cluster.ownership import Ownership, SoleGateway
+from .compaction import Compactor
 from .config import GatewayConfig
+from .fencing import Fencer
+from .log_objects import LogObjects
+from .log_writer import LogWriter
 from .metadata import MetadataStore, TopicInfo
 from .partition_log import LogSettings, PartitionLog
+from .recovery import recover
+from .retention import delete_before_log_start, enforce_retention
 from .storage import AsyncStore
 from .topic_configs import int_config
 
@@ -39,18 +46,33 @@ class LogManager:
         self.config = config
         self.store = store
         self.metadata = metadata
+        self.clustered = ownership is not None
         self.ownership: Ownership = ownership or SoleGateway(config.node_id, *config.advertised)
         self.cache: ByteLRU = ByteLRU(config.cache_bytes)
+        self.objects = LogObjects(store, config.namespace)
+        self.writer = LogWriter(store, config.namespace, config.node_id, self.objects,
+                                config.flush_linger_ms, config.flush_max_bytes)
+        live = (lambda: {broker.node_id for broker in self.ownership.brokers()}) if self.clustered else None
+        self.fencer = Fencer(store, config.namespace, self.objects, self.writer.writer_id, live)
+        self.compactor = Compactor(self)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
         self._catalog: dict[str, TopicInfo] | None = None  # the metadata store's dict, as last seen
         self._served: dict[str, TopicInfo] = {}
 
+    async def start(self) -> None:
+        """Before serving: fence earlier runs of this gateway, know the log objects, open
+        this run's writer (so other gateways can seal it)."""
+        await self.fencer.seal_earlier_runs()
+        await self.writer.open()
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Owns the flusher tasks and the retention task; returns after :meth:`close`."""
+        """Owns the writer, compaction and retention tasks; returns after :meth:`close`."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.writer.run)
+            await nursery.start(self.compactor.run)
             task_status.started()
             while True:
                 await trio.sleep(self.config.retention_check_interval_ms / 1000)
@@ -61,8 +83,8 @@ class LogManager:
 
     def settings_for(self, info: TopicInfo) -> LogSettings:
         segment_bytes = int_config(info.configs, "segment.bytes", self.config)
-        return LogSettings(self.config.namespace, self.config.linger_ms, self.config.flush_bytes,
-                           segment_bytes, self.config.index_interval, self.config.producer_scan_bytes)
+        return LogSettings(self.config.namespace, segment_bytes, self.config.index_interval,
+                           self.config.producer_scan_bytes, self.config.compaction_delay_ms)
 
     def max_message_bytes(self, topic: str) -> int:
         info = self.topics().get(topic)
@@ -84,7 +106,7 @@ class LogManager:
                     partition_log = await self.get(info.name, partition)
                 except KafkaError:
                     continue
-                deleted += await partition_log.enforce_retention(retention_ms, retention_bytes, now_ms)
+                deleted += await enforce_retention(partition_log, retention_ms, retention_bytes, now_ms)
         return deleted
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
@@ -123,7 +145,7 @@ class LogManager:
         partition_log = await self.get(name, partition)
         log_start = partition_log.move_log_start(offset)
         await self.metadata.update_topic(name, log_start={partition: log_start})
-        await partition_log.delete_segments_before_log_start()
+        await delete_before_log_start(partition_log)
         return log_start
 
     def topics(self) -> dict[str, TopicInfo]:
@@ -195,14 +217,15 @@ class LogManager:
         loading = self._loading[key] = trio.Event()
         try:
             partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache,
-                                         epoch=epoch, writable=lambda: self.ownership.owns(topic, partition))
+                                         self.writer, epoch=epoch, topic_id=info.topic_id.bytes,
+                                         writable=lambda: self.ownership.owns(topic, partition))
             try:
-                await partition_log.recover(info.log_start.get(partition, 0))
+                if self.clustered:
+                    await self.fencer.fence(key)  # no former owner can store this partition any more
+                await recover(partition_log, self.objects, info.log_start.get(partition, 0))
             except Exception as exc:
                 log.warning("recovering %s-%d failed: %s", topic, partition, exc)
                 raise KafkaError(ErrorCode.kafka_storage_error, f"cannot load {topic}-{partition}: {exc}") from exc
-            assert self._nursery is not None, "LogManager.run() must be started first"
-            self._nursery.start_soon(partition_log.run_flusher)
             self._logs[key] = partition_log
             return partition_log
         finally:
@@ -211,6 +234,9 @@ class LogManager:
 
     def loaded(self) -> list[PartitionLog]:
         return list(self._logs.values())
+
+    def loaded_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
 
     async def release(self, topic: str, partition: int) -> None:
         """Stop serving a partition (another gateway owns it now): what was accepted is

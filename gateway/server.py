@@ -89,6 +89,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         await metadata.load()
         if member is None:
             await groups.load()
+        await logs.start()
     except StorageError as exc:
         raise StartupError(f"storage {backend.describe()} is unavailable: {exc}") from exc
     except MetadataUnreadable as exc:

@@ -23,6 +23,8 @@ class AsyncStore:
         # The error of the last write while writes fail (disk full, permission denied,
         # store down); None once one succeeds. /readyz reports it.
         self.write_failure: str | None = None
+        self._healthy = trio.Event()
+        self._healthy.set()
 
     def describe(self) -> str:
         return self.sync.describe()
@@ -44,8 +46,16 @@ class AsyncStore:
             raise
         except StorageError as exc:
             self.write_failure = str(exc) or type(exc).__name__
+            if self._healthy.is_set():
+                self._healthy = trio.Event()
             raise
         self.write_failure = None
+        self._healthy.set()
+
+    async def wait_writable(self, timeout_s: float) -> None:
+        """Return when a write succeeds (e.g. the readiness probe's) or after ``timeout_s``."""
+        with trio.move_on_after(timeout_s):
+            await self._healthy.wait()
 
     async def get(self, key: str) -> bytes:
         return await self._run(self.sync.get, key)

@@ -17,13 +17,22 @@ __all__ = [
     "index_key",
     "parse_segment_key",
     "topics_key",
+    "LOG_PREFIX",
+    "log_prefix",
+    "log_object_key",
+    "parse_log_object_key",
+    "writer_node",
 ]
 
 _SEGMENT = re.compile(r"segment-(\d{20})\.kfs$")
+_LOG_OBJECT = re.compile(r"/~log/((\d+)-[0-9a-f]+)/(\d{20})\.kfl$")
 
 # '~' cannot appear in a Kafka topic name, so this prefix never collides with a topic.
 META_PREFIX = "~meta"
 TOPICS_DOCUMENT = "topics.json"
+# Shared log objects: {namespace}/~log/{writer}/{sequence:020d}.kfl, where a writer is one
+# run of one gateway, "{node id}-{incarnation}" (incarnation: hex, unique per start).
+LOG_PREFIX = "~log"
 
 
 def topics_key(namespace: str) -> str:
@@ -50,3 +59,22 @@ def parse_segment_key(key: str) -> int | None:
     """Base offset of a segment key, or ``None`` for any other object."""
     match = _SEGMENT.search(key)
     return int(match.group(1)) if match else None
+
+
+def log_prefix(namespace: str, writer: str | None = None) -> str:
+    return f"{namespace}/{LOG_PREFIX}/" + (f"{writer}/" if writer else "")
+
+
+def log_object_key(namespace: str, writer: str, sequence: int) -> str:
+    return f"{namespace}/{LOG_PREFIX}/{writer}/{sequence:020d}.kfl"
+
+
+def parse_log_object_key(key: str) -> tuple[str, int] | None:
+    """(writer, sequence) of a log object key, or ``None`` for any other object."""
+    match = _LOG_OBJECT.search(key)
+    return (match.group(1), int(match.group(3))) if match else None
+
+
+def writer_node(writer: str) -> int:
+    """The node id of the gateway a writer id belongs to."""
+    return int(writer.split("-", 1)[0])

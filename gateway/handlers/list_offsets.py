@@ -6,6 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..timestamps import max_timestamp_offset, offset_for_timestamp
 from .base import check_leader_epoch, register, respond
 
 LATEST = -1
@@ -50,11 +51,11 @@ async def _lookup(partition_log, index: int, timestamp: int) -> dict:
     if timestamp == LATEST_TIERED:
         return _partition(index, ErrorCode.none, -1, -1, partition_log.epoch)
     if timestamp == MAX_TIMESTAMP:
-        found = await partition_log.max_timestamp_offset()
+        found = await max_timestamp_offset(partition_log)
     elif timestamp < 0:
         return _partition(index, ErrorCode.invalid_request)
     else:
-        found = await partition_log.offset_for_timestamp(timestamp)
+        found = await offset_for_timestamp(partition_log, timestamp)
     if found is None:
         return _partition(index, ErrorCode.none, -1, -1, partition_log.epoch)  # no such record: Kafka's -1
     offset, stamp = found

@@ -96,8 +96,7 @@ async def handle_produce(ctx, request: Request, admitted):
                 continue
             ctx.metrics.produced_bytes.inc(len(records))
             ctx.metrics.produced_records.inc(sum(h.records_count for h in headers))
-            last_offset = base_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
-            waits.append((key, part.index, base_offset, last_offset, ticket, target))
+            waits.append((key, part.index, base_offset, ticket, target))
     admitted()
 
     # acks=0 waits too, without answering: the request keeps its bytes in the memory budget
@@ -105,9 +104,9 @@ async def handle_produce(ctx, request: Request, admitted):
     # writes is held back instead of filling the partition buffers.
     timeout = max(to_millis(body.timeout), 0) / 1000 or config.request_timeout_ms / 1000
     with trio.move_on_after(min(timeout, config.request_timeout_ms / 1000)):
-        for key, index, base_offset, last_offset, ticket, target in waits:
+        for key, index, base_offset, ticket, target in waits:
             try:
-                await ticket.wait(last_offset)
+                await ticket.wait()
             except KafkaError as exc:
                 results[key] = _partition(index, exc.code, message=str(exc))
             else:

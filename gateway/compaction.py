@@ -1,0 +1,205 @@
+"""Compaction: entries in shared log objects become per-partition Kafscale segments; the
+janitor deletes log objects once nothing in them is needed.
+
+- The owner of a partition compacts it, in offset order, from its compacted end:
+  when its entries reach ``segment.bytes`` or the oldest is ``compaction_delay_ms``
+  old. A segment is created put-if-absent at its base offset; if that key exists
+  (an earlier run killed after its PUT, or a former owner), the stored segment is
+  taken as written — it holds the same batches, since no offset is ever claimed
+  twice. So compaction is idempotent and resumable, and needs no coordination.
+- A gateway's janitor deletes its own writers' log objects (this run's and its
+  earlier runs') once every entry is compacted, below the log start, or of a
+  deleted topic. A writer's newest object stays: it is the slot a seal goes after.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import trio
+
+from kafscale.protocol.errors import KafkaError
+from kafscale.protocol.index import build_index
+from kafscale.protocol.layout import index_key, partition_prefix, segment_key, writer_node
+from kafscale.protocol.log_object import LogEntry
+from kafscale.protocol.log_view import ENTRY, SEGMENT, Piece
+from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_footer, parse_segment_header
+from kafscale.storage_backends import ObjectExists, StorageError
+
+from .partition_log import PartitionLog
+from .recovery import list_segments, segment_end
+
+if TYPE_CHECKING:
+    from .logs import LogManager
+
+__all__ = ["compact", "Compactor"]
+
+log = logging.getLogger("kafscale.compaction")
+
+# A sealed writer's last object is kept this long (a PUT of its could still be in flight).
+SEAL_GRACE_MS = 10 * 60_000
+
+
+def due(partition_log: PartitionLog, now: float) -> bool:
+    if partition_log.uncompacted_since is None or partition_log.closing or partition_log.fenced:
+        return False
+    pending = sum(p.size for p in partition_log.entry_pieces() if p.last_offset >= partition_log.compacted_end)
+    if pending >= partition_log.settings.segment_bytes:
+        return True
+    return now - partition_log.uncompacted_since >= partition_log.settings.compaction_delay_ms / 1000
+
+
+async def compact(partition_log: PartitionLog) -> int:
+    """Write the partition's oldest entries (up to segment.bytes) as one segment; returns
+    the number of offsets compacted (0 if nothing was due or the partition moved)."""
+    async with partition_log.maintenance:
+        start = partition_log.compacted_end
+        chosen: list[Piece] = []
+        size = 0
+        for piece in partition_log.entry_pieces():
+            if piece.last_offset < start:
+                continue
+            if chosen and size + piece.size > partition_log.settings.segment_bytes:
+                break
+            chosen.append(piece)
+            size += piece.size
+        if not chosen:
+            partition_log.uncompacted_since = None
+            return 0
+        builder: SegmentBuilder | None = None
+        for piece in chosen:
+            loaded = await partition_log.load_piece(piece)
+            for batch in loaded.batches:
+                if batch.last_offset < start:
+                    continue
+                if builder is None:
+                    builder = SegmentBuilder(batch.base_offset)
+                builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])
+                start = batch.last_offset + 1
+        if builder is None or not partition_log.writable() or partition_log.fenced:
+            return 0
+        settings = partition_log.settings
+        key = segment_key(settings.namespace, partition_log.topic, partition_log.partition, builder.base_offset)
+        data = builder.seal(int(time.time() * 1000))
+        store = partition_log.store
+        try:
+            await store.put_if_absent(key, data)
+        except ObjectExists:
+            # Written before (a run killed after its PUT, or a former owner): the same batches.
+            info = await store.head(key)
+            end = await segment_end(store, key, info.size) if info else None
+            if info is None or end is None:
+                log.error("segment %s exists but is unreadable; compaction of %s-%d stops here",
+                          key, partition_log.topic, partition_log.partition)
+                return 0
+            last, size = end - 1, info.size
+        else:
+            last, size = builder.next_offset - 1, len(data)
+            index = build_index(builder.batches, settings.index_interval)
+            partition_log.segment_max_timestamps[key] = index.max_timestamp
+            partition_log.cache.put(key, Segment(parse_segment_header(data), parse_segment_footer(data),
+                                                 data, builder.batches), len(data))
+            try:  # derived data, rebuilt from the segment if lost: not on the durable path
+                await store.put(index_key(settings.namespace, partition_log.topic, partition_log.partition,
+                                          builder.base_offset), index.encode(), durable=False)
+            except StorageError as exc:
+                log.warning("writing the index of %s failed (rebuilt on demand): %s", key, exc)
+        segment = Piece(SEGMENT, key, builder.base_offset, last, size)
+        current = partition_log.pieces
+        segments = [p for p in current if p.kind == SEGMENT and p.base_offset < segment.base_offset]
+        rest = [p for p in current if p.kind == ENTRY and p.last_offset > last]
+        partition_log.replace_pieces([*segments, segment, *rest])
+        partition_log.compacted_end = last + 1
+        if not any(p.last_offset >= partition_log.compacted_end for p in rest):
+            partition_log.uncompacted_since = None
+        log.debug("compacted %s-%d offsets %d..%d into %s", partition_log.topic, partition_log.partition,
+                  segment.base_offset, last, key)
+        return last + 1 - segment.base_offset
+
+
+class Compactor:
+    """Compacts the partitions this gateway serves and deletes what is compacted."""
+
+    def __init__(self, logs: LogManager, check_interval_s: float = 1.0) -> None:
+        self.logs = logs
+        self.check_interval_s = check_interval_s
+        self.errors = 0
+        self.segments_written = 0
+        self.objects_deleted = 0
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.check_interval_s)
+            try:
+                await self.pass_once()
+            except Exception:  # a failing store must not stop compaction for good
+                self.errors += 1
+                log.exception("compaction pass failed")
+
+    async def pass_once(self, *, everything: bool = False) -> None:
+        """Compact every partition that is due (``everything``: all there is), then collect."""
+        now = trio.current_time()
+        for partition_log in self.logs.loaded():
+            while everything or due(partition_log, now):
+                try:
+                    if not await compact(partition_log):
+                        break
+                except (KafkaError, StorageError) as exc:
+                    self.errors += 1
+                    log.warning("compacting %s-%d failed (retried): %s",
+                                partition_log.topic, partition_log.partition, exc)
+                    break
+                self.segments_written += 1
+                await trio.lowlevel.checkpoint()
+        await self.collect()
+
+    async def collect(self) -> None:
+        """Delete this node's log objects whose every entry is settled; load the partitions
+        this gateway owns that still have entries to compact (after a restart)."""
+        objects = self.logs.objects
+        node = self.logs.config.node_id
+        own = self.logs.writer.writer_id
+        ends: dict[tuple[str, int], int] = {}
+        now_ms = int(time.time() * 1000)
+        for writer, directories in objects.writers().items():
+            if writer_node(writer) != node:
+                continue
+            head = directories[-1]
+            for directory in directories:
+                if directory is head:
+                    if writer == own or not (directory.seals_all and now_ms - directory.created_ms > SEAL_GRACE_MS):
+                        continue
+                elif directory.entries and not directory.is_seal:
+                    settled = True
+                    for entry in directory.entries:
+                        if not await self._settled(entry, ends):
+                            settled = False
+                            break
+                    if not settled:
+                        continue
+                await self.logs.store.delete(directory.key)
+                objects.forget(directory.key)
+                self.objects_deleted += 1
+
+    async def _settled(self, entry: LogEntry, ends: dict[tuple[str, int], int]) -> bool:
+        info = self.logs.topics().get(entry.topic)
+        if info is None or entry.partition >= info.partitions or info.topic_id.bytes != entry.topic_id:
+            return True  # the topic (this incarnation of it) is gone
+        unit = (entry.topic, entry.partition)
+        partition_log = self.logs.loaded_log(*unit)
+        if partition_log is None and self.logs.ownership.owns(*unit):
+            try:  # owned but not loaded yet (a restart): load it, so it gets compacted
+                partition_log = await self.logs.get(*unit)
+            except KafkaError:
+                return False
+        if partition_log is not None:
+            return entry.last_offset < max(partition_log.compacted_end, partition_log.log_start_offset)
+        if unit not in ends:  # another gateway's partition: what its segments hold
+            prefix = partition_prefix(self.logs.config.namespace, *unit)
+            _, end = await list_segments(self.logs.store, prefix)
+            ends[unit] = max(end or 0, info.log_start.get(entry.partition, 0))
+        return entry.last_offset < ends[unit]

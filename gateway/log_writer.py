@@ -1,0 +1,219 @@
+"""The gateway's single writer: one shared log object per flush, for every partition it serves.
+
+The writer's objects are numbered slots ``~log/{writer}/{seq}.kfl``, each created
+put-if-absent, one after the other. A flush takes what every partition has
+pending (after ``linger_ms``, or at once when ``flush_bytes`` wait; appends that
+arrive during a write share the next one: group commit), writes the object, and
+only then completes the tickets and moves the high watermarks.
+
+- The slot is taken (ObjectExists): it holds our own object (an earlier attempt
+  whose answer was lost: done) or a *seal* written by a gateway that took
+  partitions over. Sealed partitions fail with NOT_LEADER_OR_FOLLOWER; the rest is
+  written again, same offsets, at the next slot.
+- The store fails: the outcome is unknown, so the tickets are *in doubt*
+  (clients get KAFKA_STORAGE_ERROR and retry) and the very same object is retried
+  at the same slot until it lands or the slot is sealed. Offsets are never handed
+  out twice; new appends are refused meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import trio
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.layout import log_object_key
+from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObjectDirectory
+from kafscale.storage_backends import ObjectExists, StorageError
+
+from .log_objects import LogObjects, read_log_directory
+from .storage import AsyncStore
+
+if TYPE_CHECKING:
+    from .partition_log import PartitionLog, Pending
+
+__all__ = ["LogWriter", "new_writer_id"]
+
+log = logging.getLogger("kafscale.writer")
+
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 5.0
+
+
+def new_writer_id(node_id: int) -> str:
+    """``{node}-{hex}``: unique per start, and ordered by start time within a node."""
+    return f"{node_id}-{time.time_ns() // 1000:x}{os.urandom(3).hex()}"
+
+
+class LogWriter:
+    def __init__(self, store: AsyncStore, namespace: str, node_id: int, objects: LogObjects,
+                 linger_ms: int, flush_bytes: int) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.writer_id = new_writer_id(node_id)
+        self.objects = objects
+        self.linger_ms = linger_ms
+        self.flush_bytes = flush_bytes
+        self.sequence = 0
+        self._dirty: dict[PartitionLog, None] = {}
+        self._pending_bytes = 0
+        self._wake = trio.Event()
+        self._full = trio.Event()
+        self.failing: str | None = None  # set while a write in doubt is retried
+        self.sealed_all = False
+        # Metrics: objects and bytes written, for the store's request rate.
+        self.objects_written = 0
+        self.bytes_written = 0
+
+    def key(self, sequence: int) -> str:
+        return log_object_key(self.namespace, self.writer_id, sequence)
+
+    async def open(self) -> None:
+        """Create slot 0 (an empty object) before serving anything: from then on this writer
+        is listed, so a gateway taking partitions over can seal it."""
+        data, directory = LogObjectBuilder().encode(self.key(0), 0, int(time.time() * 1000))
+        await self.store.put_if_absent(directory.key, data)
+        self.objects.add(directory, len(data))
+        self.sequence = 1
+
+    @property
+    def refusing(self) -> bool:
+        """While a write in doubt is retried, appends queue up to one object's worth."""
+        return self.failing is not None and self._pending_bytes >= self.flush_bytes
+
+    def mark(self, partition_log: PartitionLog, size: int) -> None:
+        self._dirty[partition_log] = None
+        self._pending_bytes += size
+        self._wake.set()
+        if self._pending_bytes >= self.flush_bytes or partition_log.closing:
+            self._full.set()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            if self.linger_ms:
+                with trio.move_on_after(self.linger_ms / 1000):
+                    await self._full.wait()
+            self._wake, self._full = trio.Event(), trio.Event()
+            self._pending_bytes = 0
+            dirty, self._dirty = list(self._dirty), {}
+            with trio.CancelScope(shield=True):  # a write in progress is finished, not abandoned
+                try:
+                    await self._flush(dirty)
+                except Exception:  # a bug must fail these requests, not stop the writer
+                    log.exception("flush failed")
+
+    async def flush_now(self) -> None:
+        """Write what is pending now (tests and shutdown)."""
+        dirty, self._dirty = list(self._dirty), {}
+        with trio.CancelScope(shield=True):
+            await self._flush(dirty)
+
+    async def _flush(self, dirty: list[PartitionLog]) -> None:
+        items: list[tuple[PartitionLog, Pending]] = []
+        for partition_log in dirty:
+            pending = partition_log.take_pending()
+            if pending is None:
+                continue
+            if self.sealed_all or not partition_log.writable():
+                partition_log.not_written(pending, KafkaError(
+                    ErrorCode.not_leader_or_follower,
+                    f"this gateway no longer owns {partition_log.topic}-{partition_log.partition}"))
+                continue
+            items.append((partition_log, pending))
+        delay = _RETRY_FIRST_S
+        while items:
+            builder = LogObjectBuilder()
+            for partition_log, pending in items:
+                for record_set, stamped in pending.record_sets:
+                    builder.append(partition_log.topic, partition_log.partition, record_set, stamped,
+                                   partition_log.epoch, partition_log.topic_id)
+            data, directory = builder.encode(self.key(self.sequence), self.sequence, int(time.time() * 1000))
+            while True:  # the same bytes, until the slot is decided
+                outcome = await self._put(directory, data)
+                if outcome is not None:
+                    break
+                error = KafkaError(ErrorCode.kafka_storage_error, f"object store write failing: {self.failing}")
+                for _, pending in items:
+                    pending.ticket.doubt(error)
+                await self.store.wait_writable(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+            if outcome is directory:
+                self._written(directory, data, items)
+                return
+            items = self._apply_seal(outcome, items)
+            self.sequence += 1
+
+    async def _put(self, directory: LogObjectDirectory, data: bytes) -> LogObjectDirectory | None:
+        """Our directory once written; the directory found in the slot if it was taken;
+        ``None`` while the outcome is unknown."""
+        try:
+            await self.store.put_if_absent(directory.key, data)
+        except ObjectExists:
+            try:
+                found = await read_log_directory(self.store, directory.key, len(data))
+            except Exception as exc:  # sizes differ, or unreadable: not ours, read it again
+                try:
+                    info = await self.store.head(directory.key)
+                    found = await read_log_directory(self.store, directory.key, info.size if info else 0)
+                except Exception:
+                    self.failing = f"slot {directory.key} is taken and unreadable: {exc}"
+                    log.error("%s", self.failing)
+                    return None
+            if found.entries == directory.entries and found.created_ms == directory.created_ms:
+                self.failing = None
+                return directory  # our own earlier attempt landed
+            return found
+        except StorageError as exc:
+            self.failing = str(exc) or type(exc).__name__
+            log.warning("writing %s failed (retrying the same object): %s", directory.key, self.failing)
+            return None
+        self.failing = None
+        return directory
+
+    def _written(self, directory: LogObjectDirectory, data: bytes,
+                 items: list[tuple[PartitionLog, Pending]]) -> None:
+        self.sequence += 1
+        self.objects.add(directory, len(data))
+        self.objects_written += 1
+        self.bytes_written += len(data)
+        view = memoryview(data)
+        for (partition_log, pending), entry in zip(items, directory.entries, strict=True):
+            batches = []
+            position = 0
+            for record_set, stamped in pending.record_sets:
+                batches.extend(replace(header, position=position + header.position) for header in stamped)
+                position += len(record_set)
+            partition_log.written(entry, EntryBatches(view[entry.position: entry.position + entry.length], batches))
+            pending.ticket.finish()
+        log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), len(data))
+
+    def _apply_seal(self, found: LogObjectDirectory, items: list[tuple[PartitionLog, Pending]]
+                    ) -> list[tuple[PartitionLog, Pending]]:
+        self.objects.add(found, 0)
+        if not found.is_seal:
+            log.critical("slot %s holds another writer's data: this gateway stops writing", found.key)
+            self.sealed_all = True
+        elif found.seals_all:
+            log.critical("%s: another gateway with this node id sealed this writer; it stops writing", found.key)
+            self.sealed_all = True
+        sealed = found.sealed()
+        kept = []
+        for partition_log, pending in items:
+            if self.sealed_all or (partition_log.topic, partition_log.partition) in sealed:
+                partition_log.fenced = True
+                partition_log.not_written(pending, KafkaError(
+                    ErrorCode.not_leader_or_follower,
+                    f"another gateway took {partition_log.topic}-{partition_log.partition} over"))
+            else:
+                kept.append((partition_log, pending))
+        if sealed:
+            log.warning("%s sealed %d partition(s) of this writer", found.key, len(sealed))
+        return kept
+

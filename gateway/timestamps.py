@@ -1,0 +1,64 @@
+"""ListOffsets by timestamp over a partition's pieces: the first record at or after a time
+(-1 … n), and the record with the greatest timestamp (-3)."""
+
+from __future__ import annotations
+
+from kafscale.protocol.errors import SegmentFormatError
+from kafscale.protocol.index import SegmentIndex, build_index
+from kafscale.protocol.layout import index_key
+from kafscale.protocol.log_view import Piece, first_record_at
+from kafscale.protocol.records import iter_records
+from kafscale.storage_backends import StorageError
+
+from .partition_log import PartitionLog
+
+__all__ = ["offset_for_timestamp", "max_timestamp_offset", "max_timestamp"]
+
+
+async def max_timestamp(partition_log: PartitionLog, piece: Piece) -> int:
+    """A piece's greatest timestamp: in the directory for entries, from the index (or the
+    segment itself, if the index is missing) for segments; remembered per segment."""
+    if piece.max_timestamp is not None:
+        return piece.max_timestamp
+    known = partition_log.segment_max_timestamps.get(piece.key)
+    if known is None:
+        settings = partition_log.settings
+        try:
+            index = SegmentIndex.decode(await partition_log.store.get(
+                index_key(settings.namespace, partition_log.topic, partition_log.partition, piece.base_offset)))
+            known = index.max_timestamp
+        except (StorageError, SegmentFormatError):
+            known = build_index((await partition_log.load_piece(piece)).batches).max_timestamp
+        partition_log.segment_max_timestamps[piece.key] = known
+    return known
+
+
+async def offset_for_timestamp(partition_log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
+    """First (offset, timestamp) whose timestamp is ``>= timestamp``, or ``None``."""
+    low = partition_log.log_start_offset
+    for piece in partition_log.pieces_from(low):
+        if await max_timestamp(partition_log, piece) < timestamp:
+            continue
+        loaded = await partition_log.load_piece(piece)
+        found = first_record_at(loaded.data, loaded.batches, timestamp, low, partition_log.high_watermark)
+        if found is not None:
+            return found
+    return None
+
+
+async def max_timestamp_offset(partition_log: PartitionLog) -> tuple[int, int] | None:
+    """(offset, timestamp) of the record with the greatest timestamp (ListOffsets -3)."""
+    best: tuple[int, Piece] | None = None
+    for piece in partition_log.pieces_from(partition_log.log_start_offset):
+        stamp = await max_timestamp(partition_log, piece)
+        if best is None or stamp > best[0]:
+            best = (stamp, piece)
+    if best is None:
+        return None
+    loaded = await partition_log.load_piece(best[1])
+    for batch in loaded.batches:
+        if batch.max_timestamp == best[0]:
+            for record in iter_records(loaded.data, batch):
+                if record.timestamp == best[0]:
+                    return record.offset, record.timestamp
+    return None

@@ -1,0 +1,378 @@
+"""The shared log under trio over real backends (memory and local files): one log object per
+flush for every partition, seals, writes in doubt, compaction and the janitor, recovery."""
+
+from dataclasses import replace
+
+import pytest
+import trio
+
+from kafscale.gateway.cache import ByteLRU
+from kafscale.gateway.compaction import compact
+from kafscale.gateway.fencing import Fencer
+from kafscale.gateway.log_objects import LogObjects
+from kafscale.gateway.log_writer import LogWriter
+from kafscale.gateway.partition_log import LogSettings, PartitionLog
+from kafscale.gateway.recovery import recover
+from kafscale.gateway.storage import AsyncStore
+from kafscale.gateway.timestamps import offset_for_timestamp
+from kafscale.protocol import ErrorCode, KafkaError, build_batch, iter_records
+from kafscale.protocol.layout import log_prefix, parse_segment_key, segment_key
+from kafscale.protocol.records import Record, restamp, split_batches
+from kafscale.protocol.segment import SegmentBuilder
+from kafscale.storage_backends import LocalBackend, MemoryBackend, StorageUnavailable
+
+SETTINGS = LogSettings("ns", segment_bytes=1 << 20, index_interval=4)
+
+
+def _record_set(n=3, start=0, ts=1000):
+    batch = bytearray(build_batch([Record(i, ts + i, b"k%d" % (start + i), b"v%d" % (start + i)) for i in range(n)]))
+    return batch, split_batches(batch)
+
+
+def _values(data):
+    return [r.value for h in split_batches(data) for r in iter_records(data, h)]
+
+
+@pytest.fixture(params=["memory", "local"])
+def store(request, tmp_path):
+    backend = MemoryBackend() if request.param == "memory" else LocalBackend(tmp_path / "d")
+    return AsyncStore(backend, 4)
+
+
+class Node:
+    """One gateway run's log machinery: its log objects, writer and partition logs."""
+
+    def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True):
+        self.store = store
+        self.objects = LogObjects(store, "ns")
+        self.writer = LogWriter(store, "ns", node_id, self.objects, linger_ms, 1 << 20)
+        self.fencer = Fencer(store, "ns", self.objects, self.writer.writer_id,
+                             None if alone else (lambda: {0, 1}))
+        self.settings = settings
+        self.owned = {}
+
+    async def start(self, nursery):
+        await self.fencer.seal_earlier_runs()
+        await self.writer.open()
+        await nursery.start(self.writer.run)
+        return self
+
+    async def open(self, partition=0, topic="t", fence=False):
+        self.owned[(topic, partition)] = True
+        log = PartitionLog(topic, partition, self.store, self.settings, ByteLRU(1 << 20), self.writer,
+                           writable=lambda: self.owned[(topic, partition)])
+        if fence:
+            await self.fencer.fence((topic, partition))
+        await recover(log, self.objects)
+        return log
+
+
+async def _log_objects(store):
+    return [i for i in await store.list(log_prefix("ns")) if i.size]
+
+
+async def test_every_partition_shares_one_object_per_flush(store, nursery):
+    node = await Node(store).start(nursery)
+    logs = [await node.open(p) for p in range(6)]
+    tickets = [log.append(*_record_set(start=i * 3)) for log in logs for i in range(5)]
+    assert all(log.high_watermark == 0 for log in logs)  # nothing is visible before it is durable
+    for _, ticket in tickets:
+        await ticket.wait()
+    assert node.writer.objects_written == 1
+    assert [log.high_watermark for log in logs] == [15] * 6
+    assert _values(await logs[3].read(0, 1 << 20)) == [b"v%d" % i for i in range(15)]
+    assert len(await _log_objects(store)) == 2  # the writer's opening slot and the one flush
+
+
+async def test_a_restart_reads_log_objects_and_offsets_continue(store, nursery):
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    for i in range(3):
+        _, ticket = log.append(*_record_set(start=i * 3))
+        await ticket.wait()
+    again = await Node(store).start(nursery)  # a new run seals the old one first
+    log2 = await again.open()
+    assert (log2.log_start_offset, log2.high_watermark) == (0, 9)
+    base, ticket = log2.append(*_record_set(start=9))
+    await ticket.wait()
+    assert base == 9
+    assert await offset_for_timestamp(log2, 1002) == (2, 1002)
+    # The old run is fenced: whatever it still holds can never be stored.
+    _, ticket = log.append(*_record_set(start=100))
+    with pytest.raises(KafkaError) as info:
+        await ticket.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower
+    third = await Node(store).start(nursery)
+    assert _values(await (await third.open()).read(0, 1 << 20)) == [b"v%d" % i for i in range(12)]
+
+
+async def test_taking_a_partition_over_seals_it_in_the_former_owners_writer(store, nursery):
+    a = await Node(store, node_id=0, alone=False).start(nursery)
+    b = await Node(store, node_id=1, alone=False).start(nursery)
+    a0, a1 = await a.open(0), await a.open(1)
+    for log in (a0, a1):
+        _, ticket = log.append(*_record_set())
+        await ticket.wait()
+    b0 = await b.open(0, fence=True)  # b takes partition 0 over; a keeps partition 1
+    assert b0.high_watermark == 3
+    _, lost = a0.append(*_record_set(start=3))
+    _, kept = a1.append(*_record_set(start=3))
+    with pytest.raises(KafkaError) as info:
+        await lost.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower and a0.fenced
+    await kept.wait()  # written again at the slot after the seal
+    assert a1.high_watermark == 6
+    base, ticket = b0.append(*_record_set(start=3))
+    await ticket.wait()
+    assert base == 3
+    reader = await Node(store, node_id=2).start(nursery)
+    assert _values(await (await reader.open(0)).read(0, 1 << 20)) == [b"v%d" % i for i in range(6)]
+    assert _values(await (await reader.open(1)).read(0, 1 << 20)) == [b"v%d" % i for i in range(6)]
+
+
+class DelayedPuts(MemoryBackend):
+    """Holds log-object PUTs of one writer until released: a PUT delayed past the lease."""
+
+    def __init__(self):
+        super().__init__()
+        self.hold: str | None = None
+        self.held = None
+        self.release = None
+
+    def put_if_absent(self, key, data):
+        if self.hold and self.hold in key:
+            self.hold = None  # this one PUT only (not the seal another gateway puts there)
+            self.held.set()
+            self.release.wait()
+        super().put_if_absent(key, data)
+
+
+async def test_a_put_delayed_past_the_lease_never_becomes_visible(nursery):
+    import threading
+
+    backend = DelayedPuts()
+    store = AsyncStore(backend, 4)
+    a = await Node(store, node_id=0, alone=False).start(nursery)
+    b = await Node(store, node_id=1, alone=False).start(nursery)
+    a0 = await a.open(0)
+    _, ticket = a0.append(*_record_set())
+    await ticket.wait()
+    backend.hold, backend.held, backend.release = a.writer.writer_id, threading.Event(), threading.Event()
+    _, delayed = a0.append(*_record_set(start=50))
+    await trio.to_thread.run_sync(backend.held.wait)
+    a.owned[("t", 0)] = False  # the lease runs out while the PUT hangs
+    b0 = await b.open(0, fence=True)
+    for i in range(2):
+        _, ticket = b0.append(*_record_set(start=3 + 3 * i))
+        await ticket.wait()
+    backend.release.set()
+    with pytest.raises(KafkaError) as info:
+        await delayed.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower
+    reader = await Node(store, node_id=2).start(nursery)
+    log = await reader.open(0)
+    data = await log.read(0, 1 << 20)
+    assert _values(data) == [b"v%d" % i for i in range(9)]  # nothing of the delayed write
+    offsets = [r.offset for h in split_batches(data) for r in iter_records(data, h)]
+    assert offsets == list(range(9))
+
+
+class Outage(MemoryBackend):
+    down = False
+    attempts = 0
+
+    def put_if_absent(self, key, data):
+        if self.down and "/~log/" in key:
+            self.attempts += 1
+            raise StorageUnavailable("injected outage")
+        super().put_if_absent(key, data)
+
+
+async def test_a_write_in_doubt_is_retried_and_never_reuses_offsets(nursery):
+    backend = Outage()
+    store = AsyncStore(backend, 2)
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    backend.down = True
+    batch = build_batch([(b"k", b"v")], producer_id=7, producer_epoch=0, base_sequence=0)
+    base, ticket = log.append(bytearray(batch), split_batches(batch))
+    with pytest.raises(KafkaError) as info:
+        await ticket.wait()
+    assert info.value.code == ErrorCode.kafka_storage_error and node.writer.failing
+    # The producer retries: the same batch, still in doubt, gets the same answer.
+    again, retry = log.append(bytearray(batch), split_batches(batch))
+    assert again == base == 0 and retry is ticket
+    backend.down = False
+    await store.put("probe", b"")  # a successful write (the readiness probe) wakes the writer
+    while node.writer.failing:
+        await trio.sleep(0.01)
+    again, retry = log.append(bytearray(batch), split_batches(batch))
+    await retry.wait()
+    assert again == 0 and log.high_watermark == 1 and backend.attempts >= 1
+    next_base, ticket = log.append(*_record_set())
+    await ticket.wait()
+    assert next_base == 1
+
+
+async def test_close_waits_for_what_was_accepted(store, nursery):
+    node = await Node(store, linger_ms=60_000).start(nursery)
+    log = await node.open()
+    _, ticket = log.append(*_record_set())
+    await trio.sleep(0.05)
+    assert log.high_watermark == 0
+    await log.close()
+    await ticket.wait()
+    assert log.high_watermark == 3
+    with pytest.raises(KafkaError):
+        log.append(*_record_set())
+
+
+async def test_losing_the_partition_before_the_write_fails_and_rolls_numbering_back(store, nursery):
+    node = await Node(store, linger_ms=50).start(nursery)
+    log = await node.open()
+    _, ticket = log.append(*_record_set())
+    node.owned[("t", 0)] = False
+    with pytest.raises(KafkaError) as info:
+        await ticket.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower and log.high_watermark == 0
+    node.owned[("t", 0)] = True
+    base, ticket = log.append(*_record_set())
+    await ticket.wait()
+    assert base == 0
+
+
+async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_objects(store, nursery):
+    from kafscale.gateway.compaction import Compactor
+
+    settings = replace(SETTINGS, segment_bytes=2048)
+    node = await Node(store, settings=settings).start(nursery)
+    logs = [await node.open(p) for p in range(2)]
+    for i in range(10):
+        for log in logs:
+            _, ticket = log.append(*_record_set(n=20, start=i * 20))
+            await ticket.wait()
+    assert len(await _log_objects(store)) == 21
+
+    class Manager:  # what the compactor asks of the log manager
+        config = type("C", (), {"node_id": 0, "namespace": "ns"})
+        objects, writer = node.objects, node.writer
+
+        def __init__(self):
+            self.store = store
+            self.ownership = type("O", (), {"owns": staticmethod(lambda t, p: True)})
+
+        def loaded(self):
+            return logs
+
+        def loaded_log(self, topic, partition):
+            return logs[partition]
+
+        def topics(self):
+            import uuid
+
+            info = type("I", (), {"partitions": 2, "topic_id": uuid.UUID(int=0), "log_start": {}})
+            return {"t": info}
+
+    compactor = Compactor(Manager())
+    await compactor.pass_once(everything=True)
+    for log in logs:
+        segments = [p for p in log.pieces if p.kind == "segment"]
+        assert len(segments) > 1 and all(p.size <= 2048 + 1024 for p in segments)
+        assert log.compacted_end == log.high_watermark == 200 and not log.entry_pieces()
+        data = await log.read(57, 1 << 20)
+        assert next(iter_records(data, split_batches(data)[0])).offset <= 57
+    assert len(await _log_objects(store)) == 1  # only the writer's newest object is kept
+    # A restart sees exactly the same log, from segments alone.
+    again = await Node(store).start(nursery)
+    log = await again.open(1)
+    assert log.high_watermark == 200 and not log.entry_pieces()
+    assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(200)]
+
+
+async def test_compaction_over_a_segment_written_before_takes_it_as_written(store, nursery):
+    """A run killed after its segment PUT (or a former owner) wrote the segment already: the
+    same batches, so a second compaction of the same entries keeps it and moves on."""
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    for i in range(4):
+        _, ticket = log.append(*_record_set(start=i * 3))
+        await ticket.wait()
+    stale = await node.open()  # loaded before the compaction below: it still sees only entries
+    assert await compact(log) == 12
+    assert stale.compacted_end == 0 and len(stale.entry_pieces()) == 4
+    assert await compact(stale) == 12
+    assert stale.compacted_end == 12 and not stale.entry_pieces()
+    keys = [i.key for i in await store.list("ns/t/0/") if parse_segment_key(i.key) is not None]
+    assert keys == [segment_key("ns", "t", 0, 0)]
+    assert _values(await stale.read(0, 1 << 20)) == [b"v%d" % i for i in range(12)]
+
+
+async def test_idempotent_state_is_rebuilt_from_log_objects_and_segments(store, nursery):
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    batches = [build_batch([(b"k", b"v%d" % i)], producer_id=7, producer_epoch=2, base_sequence=i) for i in range(3)]
+    offsets = []
+    for i, batch in enumerate(batches):
+        offset, ticket = log.append(bytearray(batch), split_batches(batch))
+        await ticket.wait()
+        offsets.append(offset)
+        if i == 0:
+            await compact(log)  # the first batch in a segment, the others in log objects
+    again = await Node(store).start(nursery)
+    log2 = await again.open()
+    retried, ticket = log2.append(bytearray(batches[-1]), split_batches(batches[-1]))
+    await ticket.wait()
+    assert retried == offsets[-1] and log2.high_watermark == 3  # answered, not written twice
+    stale = build_batch([(b"k", b"old")], producer_id=7, producer_epoch=1, base_sequence=3)
+    with pytest.raises(KafkaError) as info:
+        log2.append(bytearray(stale), split_batches(stale))
+    assert info.value.code == ErrorCode.invalid_producer_epoch
+    following = build_batch([(b"k", b"v3")], producer_id=7, producer_epoch=2, base_sequence=3)
+    offset, ticket = log2.append(bytearray(following), split_batches(following))
+    await ticket.wait()
+    assert offset == 3
+
+
+async def test_a_topic_created_again_does_not_see_the_old_ones_records(store, nursery):
+    node = await Node(store).start(nursery)
+    old = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, topic_id=b"\x01" * 16)
+    await recover(old, node.objects)
+    _, ticket = old.append(*_record_set())
+    await ticket.wait()
+    new = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, topic_id=b"\x02" * 16)
+    await recover(new, node.objects)
+    assert new.high_watermark == 0
+
+
+async def test_segments_written_by_the_previous_format_are_read(store, nursery):
+    """Before shared log objects, every flush wrote its own segment (and index) per partition."""
+    base = 0
+    for i in range(3):
+        builder = SegmentBuilder(base)
+        batch, headers = _record_set(start=base)
+        builder.append(batch, restamp(batch, headers, base))
+        await store.put_if_absent(segment_key("ns", "t", 0, base), builder.seal(0))
+        base += 3
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    assert (log.log_start_offset, log.high_watermark, log.compacted_end) == (0, 9, 9)
+    offset, ticket = log.append(*_record_set(start=9))
+    await ticket.wait()
+    assert offset == 9
+    assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(12)]
+    assert await offset_for_timestamp(log, 1001) == (1, 1001)
+
+
+async def test_a_torn_last_segment_is_moved_aside(store, nursery):
+    builder = SegmentBuilder(0)
+    batch, headers = _record_set()
+    builder.append(batch, restamp(batch, headers, 0))
+    await store.put_if_absent(segment_key("ns", "t", 0, 0), builder.seal(0))
+    torn = SegmentBuilder(3)
+    torn.append(batch, restamp(bytearray(batch), headers, 3))
+    await store.put_if_absent(segment_key("ns", "t", 0, 3), torn.seal(0)[:-5])
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    assert log.high_watermark == 3
+    keys = [i.key for i in await store.list("ns/t/0/")]
+    assert segment_key("ns", "t", 0, 3) + ".torn" in keys
