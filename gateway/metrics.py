@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["Metrics"]
@@ -40,6 +42,32 @@ class Metrics:
         self.inflight_bytes = Gauge(
             "kafscale_inflight_request_bytes", "Request and unsent response bytes held for clients", registry=self.registry
         )
+
+    def watch_log(self, logs) -> None:
+        """The shared log: what reaches the store, and what compaction still has to do. Totals
+        (rates come from the scraper), read at scrape time."""
+        writer, compactor, objects = logs.writer, logs.compactor, logs.objects
+
+        def oldest_age() -> float:
+            oldest = objects.backlog[2]
+            return 0.0 if oldest is None else max(time.time() - oldest / 1000, 0.0)
+
+        for name, text, read in [
+            ("kafscale_log_objects_written", "Shared log objects written (total)", lambda: writer.objects_written),
+            ("kafscale_log_object_bytes_written", "Bytes of shared log objects written (total)",
+             lambda: writer.bytes_written),
+            ("kafscale_segments_compacted", "Segments written by compaction (total)", lambda: compactor.segments_written),
+            ("kafscale_log_objects_deleted", "Log objects deleted once compacted (total)",
+             lambda: compactor.objects_deleted),
+            ("kafscale_compaction_errors", "Failed compactions and passes (total)", lambda: compactor.errors),
+            ("kafscale_compaction_backlog_objects", "Log objects holding data not yet deleted",
+             lambda: objects.backlog[0]),
+            ("kafscale_compaction_backlog_bytes", "Bytes of those log objects", lambda: objects.backlog[1]),
+            ("kafscale_compaction_backlog_age_seconds", "Age of the oldest of them", oldest_age),
+            ("kafscale_seals_written", "Seals put in other writers' sequences (total)",
+             lambda: logs.fencer.seals_written),
+        ]:
+            Gauge(name, text, registry=self.registry).set_function(read)
 
     def watch_cluster(self, member, etcd) -> None:
         """Cluster mode: what this gateway owns and how much it asks of etcd, read at scrape time."""

@@ -96,6 +96,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         raise StartupError(f"{exc} (restore it from a backup, or move it aside to start empty)") from exc
     except EtcdError as exc:
         raise StartupError(f"etcd at {config.etcd_endpoints} is unavailable: {exc}") from exc
+    metrics.watch_log(logs)
     if member is not None:
         member.logs, member.groups = logs, groups
         metrics.watch_cluster(member, etcd)

@@ -1,19 +1,25 @@
 """Planning on the driver: a consistent, committed snapshot of each partition to read.
 
-Only what a gateway has acknowledged is read: segments are listed, the last one's
-footer gives the high watermark (a torn last object is ignored, as the gateway
-ignores it), and the log start is the first segment or the one DeleteRecords
-persisted in the topic metadata, whichever is later. Each input partition carries
-the segment keys and sizes executors need, so executors never list.
+Only what a gateway has acknowledged is read, and the log is the gateway's:
+:func:`kafscale.protocol.log_view.partition_view` over the partition's segments
+(a torn last one is ignored, as the gateway ignores it) and its entries in the
+shared log objects. Log objects are listed *before* segments, so an entry
+compacted in between is found in one or the other. The log start is the first
+piece or the one DeleteRecords persisted in the topic metadata, whichever is
+later. Each input partition carries the pieces executors read, so executors
+never list (except to find the segment of an entry compacted and deleted since).
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kafscale.protocol.errors import SegmentFormatError
-from kafscale.protocol.layout import parse_segment_key, partition_prefix, topics_key
+from kafscale.protocol.layout import log_prefix, parse_log_object_key, parse_segment_key, partition_prefix, topics_key
+from kafscale.protocol.log_object import DIRECTORY_TAIL_BYTES, LogEntry, directory_span, parse_directory
+from kafscale.protocol.log_view import PartitionView, Piece, entries_by_partition, first_record_at, partition_view
 from kafscale.protocol.segment import (
     SEGMENT_FOOTER_SIZE,
     SEGMENT_HEADER_SIZE,
@@ -24,18 +30,13 @@ from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
 
-__all__ = ["SegmentSpan", "PartitionRange", "plan", "DataLossError"]
+__all__ = ["PartitionRange", "plan", "DataLossError", "LogEntries", "snapshot", "pieces_for", "list_segments"]
+
+_DIRECTORY_READS = 16
 
 
 class DataLossError(RuntimeError):
     """Requested offsets are no longer stored (retention or DeleteRecords removed them)."""
-
-
-@dataclass(frozen=True)
-class SegmentSpan:
-    key: str
-    base_offset: int
-    size: int
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,7 @@ class PartitionRange:
     partition: int
     start: int  # first offset to read
     end: int  # one past the last offset to read
-    segments: tuple[SegmentSpan, ...]
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    log_start: int
-    high_watermark: int
-    segments: tuple[SegmentSpan, ...]
+    pieces: tuple[Piece, ...]
 
 
 def _topics(store: ObjectStore, namespace: str) -> dict[str, dict]:
@@ -62,7 +56,35 @@ def _topics(store: ObjectStore, namespace: str) -> dict[str, dict]:
     return document.get("topics", {})
 
 
-def _last_offset(store: ObjectStore, key: str, size: int) -> int | None:
+class LogEntries:
+    """Every partition's entries in the shared log objects, read once per plan."""
+
+    def __init__(self, store: ObjectStore, namespace: str) -> None:
+        listed = [(info.key, info.size) for info in store.list(log_prefix(namespace))
+                  if parse_log_object_key(info.key) is not None]
+
+        def read(item: tuple[str, int]):
+            key, size = item
+            try:
+                start = max(0, size - DIRECTORY_TAIL_BYTES)
+                tail = store.get_range(key, start, size)
+                position, _ = directory_span(size, tail)
+                if position < start:
+                    return parse_directory(key, store.get_range(key, position, size))
+                return parse_directory(key, tail[position - start:])
+            except (ObjectNotFound, SegmentFormatError):
+                return None  # deleted since the listing (compacted), or torn: never acknowledged
+
+        with ThreadPoolExecutor(_DIRECTORY_READS) as pool:
+            directories = [d for d in pool.map(read, listed) if d is not None]
+        self._entries = entries_by_partition(directories)
+
+    def of(self, topic: str, partition: int, topic_id: str | None) -> list[LogEntry]:
+        wanted = bytes.fromhex(topic_id.replace("-", "")) if topic_id else None
+        return [e for e in self._entries.get((topic, partition), ()) if wanted is None or e.topic_id == wanted]
+
+
+def _segment_end(store: ObjectStore, key: str, size: int) -> int | None:
     if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         return None
     try:
@@ -70,36 +92,37 @@ def _last_offset(store: ObjectStore, key: str, size: int) -> int | None:
         footer = parse_segment_footer(store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
     except SegmentFormatError:
         return None
-    return footer.last_offset if footer.last_offset >= header.base_offset else None
+    return footer.last_offset + 1 if footer.last_offset >= header.base_offset else None
 
 
-def snapshot(store: ObjectStore, namespace: str, topic: str, partition: int, persisted_log_start: int) -> _Snapshot:
+def list_segments(store: ObjectStore, namespace: str, topic: str, partition: int
+                  ) -> tuple[list[tuple[int, str, int]], int | None]:
+    """The partition's segments and the end of the last one (a torn last one is skipped)."""
     found = sorted(
         (base, info.key, info.size)
         for info in store.list(partition_prefix(namespace, topic, partition))
         if (base := parse_segment_key(info.key)) is not None
     )
-    high_watermark = 0
     while found:
-        last = _last_offset(store, found[-1][1], found[-1][2])
-        if last is not None:
-            high_watermark = last + 1
-            break
+        end = _segment_end(store, found[-1][1], found[-1][2])
+        if end is not None:
+            return found, end
         found.pop()  # torn: never acknowledged, never served
-    spans = tuple(SegmentSpan(key, base, size) for base, key, size in found)
-    log_start = max(spans[0].base_offset if spans else 0, persisted_log_start)
-    return _Snapshot(min(log_start, high_watermark), high_watermark, spans)
+    return [], None
 
 
-def spans_for(segments: tuple[SegmentSpan, ...], start: int, end: int) -> tuple[SegmentSpan, ...]:
-    """The segments holding offsets in ``[start, end)`` (a segment ends where the next begins)."""
-    return tuple(
-        span for i, span in enumerate(segments)
-        if span.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)
-    )
+def snapshot(store: ObjectStore, namespace: str, topic: str, partition: int, persisted_log_start: int,
+             entries: list[LogEntry]) -> PartitionView:
+    segments, end = list_segments(store, namespace, topic, partition)
+    return partition_view(segments, end, entries, persisted_log_start)
 
 
-def _resolve(wanted: int | dict, topic: str, partition: int, snap: _Snapshot, name: str) -> int:
+def pieces_for(pieces: tuple[Piece, ...], start: int, end: int) -> tuple[Piece, ...]:
+    """The pieces holding offsets in ``[start, end)``."""
+    return tuple(p for p in pieces if p.base_offset < end and p.last_offset >= start)
+
+
+def _resolve(wanted: int | dict, topic: str, partition: int, snap: PartitionView, name: str) -> int:
     offset = wanted if isinstance(wanted, int) else wanted.get(topic, {}).get(partition, LATEST if name == "end" else EARLIEST)
     if offset == EARLIEST:
         return snap.log_start
@@ -109,6 +132,7 @@ def _resolve(wanted: int | dict, topic: str, partition: int, snap: _Snapshot, na
 
 
 def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
+    entries = LogEntries(store, options.namespace)  # before the segments: see the module's docstring
     topics = _topics(store, options.namespace)
     ranges = []
     for topic in sorted(topics):
@@ -121,7 +145,8 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
             if not 0 <= partition < count:
                 raise OptionError(f"topic {topic} has no partition {partition}")
             log_start = int(info.get("log_start", {}).get(str(partition), 0))
-            snap = snapshot(store, options.namespace, topic, partition, log_start)
+            snap = snapshot(store, options.namespace, topic, partition, log_start,
+                            entries.of(topic, partition, info.get("id")))
             start = _resolve(options.starting, topic, partition, snap, "start")
             end = min(_resolve(options.ending, topic, partition, snap, "end"), snap.high_watermark)
             if options.starting_timestamp is not None:
@@ -144,7 +169,7 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
                 start = snap.log_start
             if start >= end:
                 continue
-            ranges.append(PartitionRange(topic, partition, start, end, spans_for(snap.segments, start, end)))
+            ranges.append(PartitionRange(topic, partition, start, end, pieces_for(snap.pieces, start, end)))
     if options.subscribe:
         missing = sorted(set(options.subscribe) - set(topics))
         if missing:
@@ -160,28 +185,26 @@ def _timestamp_for(wanted, topic: str, partition: int) -> int | None:
     return wanted.get(topic, {}).get(partition)
 
 
-def offset_for_timestamp(store: ObjectStore, snap: _Snapshot, timestamp: int) -> int | None:
-    """First offset whose record timestamp is >= ``timestamp`` (as ListOffsets answers),
-    using each segment's index for its max timestamp and decoding one batch only."""
+def offset_for_timestamp(store: ObjectStore, snap: PartitionView, timestamp: int) -> int | None:
+    """First offset whose record timestamp is >= ``timestamp`` (as ListOffsets answers), using
+    each piece's max timestamp (entries: the directory; segments: the index) to skip pieces."""
     from kafscale.protocol.index import SegmentIndex
-    from kafscale.protocol.records import iter_records
-    from kafscale.protocol.segment import read_segment
 
-    for span in snap.segments:
-        index_key = span.key[: -len(".kfs")] + ".index"
-        try:
-            max_timestamp = SegmentIndex.decode(store.get(index_key)).max_timestamp
-        except (ObjectNotFound, SegmentFormatError):
-            max_timestamp = None  # no usable index: look inside the segment
+    from .rows import load_piece
+
+    for piece in snap.pieces:
+        max_timestamp = piece.max_timestamp
+        if max_timestamp is None:
+            try:
+                max_timestamp = SegmentIndex.decode(store.get(piece.key[: -len(".kfs")] + ".index")).max_timestamp
+            except (ObjectNotFound, SegmentFormatError):
+                max_timestamp = None  # no usable index: look inside the segment
         if max_timestamp is not None and max_timestamp < timestamp:
             continue
-        segment = read_segment(store.get(span.key))
-        for batch in segment.batches:
-            if batch.max_timestamp < timestamp or batch.is_control:
-                continue
-            for record in iter_records(segment.data, batch):
-                if record.timestamp >= timestamp and snap.log_start <= record.offset < snap.high_watermark:
-                    return record.offset
+        for data, batches in load_piece(store, piece):
+            found = first_record_at(data, batches, timestamp, snap.log_start, snap.high_watermark, skip_control=True)
+            if found is not None:
+                return found[0]
     return None
 
 
@@ -202,5 +225,5 @@ def split_ranges(ranges: list[PartitionRange], max_records: int | None, min_part
         for first in range(part.start, part.end, step):
             last = min(first + step, part.end)
             pieces.append(PartitionRange(part.topic, part.partition, first, last,
-                                         spans_for(part.segments, first, last)))
+                                         pieces_for(part.pieces, first, last)))
     return pieces

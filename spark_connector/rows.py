@@ -9,13 +9,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale.protocol.errors import CorruptBatch, SegmentFormatError
-from kafscale.protocol.records import decode_columns
+from kafscale.protocol.log_object import read_entry
+from kafscale.protocol.log_view import Piece
+from kafscale.protocol.records import BatchHeader, decode_columns
 from kafscale.protocol.segment import read_segment
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
-from .planning import DataLossError, PartitionRange
+from .planning import DataLossError, PartitionRange, list_segments
 
-__all__ = ["arrow_schema", "SPARK_SCHEMA", "read_range", "CorruptSegmentError"]
+__all__ = ["arrow_schema", "SPARK_SCHEMA", "read_range", "load_piece", "CorruptSegmentError"]
 
 SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
@@ -27,6 +29,42 @@ _ROWS_PER_BATCH = 65_536
 
 class CorruptSegmentError(RuntimeError):
     """A segment object failed validation; nothing from it is returned."""
+
+
+def _segment(store: ObjectStore, key: str) -> tuple[bytes, list[BatchHeader]]:
+    try:
+        segment = read_segment(store.get(key))
+    except ObjectNotFound:
+        raise DataLossError(f"{key} was deleted after planning (retention?)") from None
+    except SegmentFormatError as exc:
+        raise CorruptSegmentError(f"segment {key} is corrupt: {exc}") from exc
+    return segment.data, segment.batches
+
+
+def load_piece(store: ObjectStore, piece: Piece) -> Iterator[tuple[bytes | memoryview, list[BatchHeader]]]:
+    """A piece's bytes and batches. An entry whose log object was deleted since planning was
+    compacted meanwhile: its offsets are read from the segments that now hold them."""
+    entry = piece.entry
+    if entry is None:
+        yield _segment(store, piece.key)
+        return
+    try:
+        stored = read_entry(entry, store.get_range(piece.key, entry.position, entry.position + entry.length))
+    except ObjectNotFound:
+        namespace = piece.key.split("/~log/", 1)[0]
+        segments, end = list_segments(store, namespace, entry.topic, entry.partition)
+        bounds = [base for base, _, _ in segments] + [end or 0]
+        covering = [key for i, (base, key, _) in enumerate(segments)
+                    if base <= entry.last_offset and bounds[i + 1] > entry.base_offset]
+        if not covering or (end or 0) <= entry.last_offset:
+            raise DataLossError(f"{piece.key} was deleted after planning and its offsets "
+                                f"{entry.base_offset}..{entry.last_offset} are in no segment") from None
+        for key in covering:
+            yield _segment(store, key)
+        return
+    except SegmentFormatError as exc:
+        raise CorruptSegmentError(str(exc)) from exc
+    yield stored.data, stored.batches
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -68,25 +106,23 @@ def read_range(store: ObjectStore, part: PartitionRange, include_headers: bool) 
         timestamp_types.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    for span in part.segments:
-        try:
-            segment = read_segment(store.get(span.key))
-        except ObjectNotFound:
-            raise DataLossError(f"{span.key} was deleted after planning (retention?)") from None
-        except SegmentFormatError as exc:
-            raise CorruptSegmentError(f"segment {span.key} is corrupt: {exc}") from exc
-        for batch in segment.batches:
-            if batch.last_offset < part.start or batch.base_offset >= part.end or batch.is_control:
-                continue
-            before = len(offsets)
-            try:
-                decode_columns(segment.data, batch, part.start, part.end, columns)
-            except CorruptBatch as exc:
-                raise CorruptSegmentError(f"segment {span.key}: batch at offset {batch.base_offset}: {exc}") from exc
-            added = len(offsets) - before
-            if added:
-                timestamp_types.append(pa.array([1 if batch.log_append_time else 0] * added, pa.int32()))
-            if len(offsets) >= _ROWS_PER_BATCH:
-                yield flush()
+    position = part.start  # pieces may overlap (an entry compacted but not yet deleted)
+    for piece in part.pieces:
+        for data, batches in load_piece(store, piece):
+            for batch in batches:
+                if batch.last_offset < position or batch.base_offset >= part.end:
+                    continue
+                if not batch.is_control:
+                    before = len(offsets)
+                    try:
+                        decode_columns(data, batch, position, part.end, columns)
+                    except CorruptBatch as exc:
+                        raise CorruptSegmentError(f"{piece.key}: batch at offset {batch.base_offset}: {exc}") from exc
+                    added = len(offsets) - before
+                    if added:
+                        timestamp_types.append(pa.array([1 if batch.log_append_time else 0] * added, pa.int32()))
+                position = batch.last_offset + 1
+                if len(offsets) >= _ROWS_PER_BATCH:
+                    yield flush()
     if offsets:
         yield flush()

@@ -17,7 +17,16 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
-from .planning import DataLossError, PartitionRange, _timestamp_for, _topics, offset_for_timestamp, snapshot, spans_for
+from .planning import (
+    DataLossError,
+    LogEntries,
+    PartitionRange,
+    _timestamp_for,
+    _topics,
+    offset_for_timestamp,
+    pieces_for,
+    snapshot,
+)
 
 __all__ = ["KafscaleStreamReader"]
 
@@ -33,6 +42,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _snapshots(self):
         store = self._open(self.options)
+        entries = LogEntries(store, self.options.namespace)
         topics = _topics(store, self.options.namespace)
         found = {}
         for topic in sorted(topics):
@@ -42,7 +52,8 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partitions = self.options.assign[topic] if self.options.assign is not None else range(int(info["partitions"]))
             for partition in partitions:
                 log_start = int(info.get("log_start", {}).get(str(partition), 0))
-                found[(topic, partition)] = snapshot(store, self.options.namespace, topic, partition, log_start)
+                found[(topic, partition)] = snapshot(store, self.options.namespace, topic, partition, log_start,
+                                                     entries.of(topic, partition, info.get("id")))
         return found
 
     def _latest(self) -> Offsets:
@@ -125,7 +136,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             f"(log start {snap.log_start}); set failOnDataLoss=false to skip them")
                     first = snap.log_start
                 ranges.append(KafscaleInputPartition(
-                    PartitionRange(topic, partition, first, stop, spans_for(snap.segments, first, stop)), self.options))
+                    PartitionRange(topic, partition, first, stop, pieces_for(snap.pieces, first, stop)), self.options))
         return ranges
 
     def read(self, partition):

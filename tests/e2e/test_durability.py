@@ -83,3 +83,55 @@ def kill_mid_produce_and_verify(gateway, tmp_path, acks_wanted: int) -> None:
 
 def test_kill_9_mid_produce_loses_nothing_acknowledged(gateway, tmp_path):
     kill_mid_produce_and_verify(gateway, tmp_path, 20_000)
+
+
+def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
+    """Several rounds of: produce, compaction running (every second, small segments), kill -9
+    at an arbitrary moment. Every acknowledged message is stored once, at its offset; the
+    log objects compacted are deleted."""
+    from tests.support.gateway_process import GatewayProcess
+
+    gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "100", "--segment-bytes", "65536",
+                             "--max-message-bytes", "65536").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("durable", num_partitions=3, replication_factor=1)])["durable"].result(10)
+        acks_file = tmp_path / "acks.jsonl"
+        acks_file.touch()
+        for round_number in range(4):
+            if round_number:
+                gateway.start()
+            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file)])
+            try:
+                wanted = len(_acked(acks_file)) + 8000
+                deadline = time.monotonic() + 60
+                while len(_acked(acks_file)) < wanted and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(0.3 * round_number)  # a different moment of the compaction cycle each round
+                gateway.process.send_signal(signal.SIGKILL)
+                gateway.process.wait()
+            finally:
+                producer.kill()
+                producer.wait()
+        acked = _acked(acks_file)
+        gateway.start()
+        consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "d", "enable.auto.commit": False})
+        ends = {p: consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1] for p in range(3)}
+        consumer.assign([TopicPartition("durable", p, 0) for p in range(3)])
+        stored = {}
+        while len(stored) < sum(ends.values()):
+            message = consumer.poll(10)
+            assert message is not None and not message.error()
+            stored[(message.partition(), message.offset())] = message.value().decode()
+        consumer.close()
+        assert len(acked) >= 32_000
+        for partition, offset, value in acked:
+            assert stored.get((partition, offset)) == value, f"acked {value} at {partition}/{offset} is missing"
+        values = list(stored.values())
+        assert len(values) == len(set(values)), "a message is stored twice"
+        for partition in range(3):
+            assert sorted(o for p, o in stored if p == partition) == list(range(ends[partition]))
+        segments = list((gateway.data_dir / "kafscale" / "durable").glob("*/*.kfs"))
+        assert len(segments) >= 3, "compaction wrote segments"
+    finally:
+        gateway.kill()

@@ -347,7 +347,7 @@ async def test_a_topic_created_again_does_not_see_the_old_ones_records(store, nu
 async def test_segments_written_by_the_previous_format_are_read(store, nursery):
     """Before shared log objects, every flush wrote its own segment (and index) per partition."""
     base = 0
-    for i in range(3):
+    for _ in range(3):
         builder = SegmentBuilder(base)
         batch, headers = _record_set(start=base)
         builder.append(batch, restamp(batch, headers, base))

@@ -134,19 +134,28 @@ def test_bad_options_name_the_problem(spark, produced):
             spark.read.format("kafscale").options(**options).load(str(data)).count()
 
 
-def test_corrupt_segment_gives_the_documented_error(spark, tmp_path):
-    gateway = GatewayProcess(tmp_path / "data").start()
+@pytest.mark.parametrize("stored_in", ["log object", "segment"])
+def test_corrupt_data_gives_the_documented_error(spark, tmp_path, stored_in):
+    compacted = stored_in == "segment"
+    gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "0" if compacted else "600000").start()
+    partition_dir = tmp_path / "data" / "kafscale" / "bad" / "0"
     try:
         producer = Producer({"bootstrap.servers": gateway.bootstrap})
         for _ in range(20):
             producer.produce("bad", value=b"x" * 50, partition=0)
         assert producer.flush(10) == 0
+        deadline = time.monotonic() + 20
+        while compacted and not list(partition_dir.glob("*.kfs")) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         gateway.stop()
-    (segment,) = sorted((tmp_path / "data" / "kafscale" / "bad" / "0").glob("*.kfs"))
-    raw = bytearray(segment.read_bytes())
+    if compacted:
+        (target,) = sorted(partition_dir.glob("*.kfs"))
+    else:
+        target = max((tmp_path / "data" / "kafscale" / "~log").glob("*/*.kfl"), key=lambda p: p.stat().st_size)
+    raw = bytearray(target.read_bytes())
     raw[100] ^= 0xFF
-    segment.write_bytes(bytes(raw))
+    target.write_bytes(bytes(raw))
     with pytest.raises(Exception, match="CorruptSegmentError|is corrupt"):
         spark.read.format("kafscale").option("subscribe", "bad").load(str(tmp_path / "data")).count()
 
