@@ -8,8 +8,9 @@ janitor deletes log objects once nothing in them is needed.
   taken as written — it holds the same batches, since no offset is ever claimed
   twice. So compaction is idempotent and resumable, and needs no coordination.
 - A gateway's janitor deletes its own writers' log objects (this run's and its
-  earlier runs') once every entry is compacted, below the log start, or of a
-  deleted topic. A writer's newest object stays: it is the slot a seal goes after.
+  earlier runs'; the controller also those of gateways that are gone) once every
+  entry is compacted, below the log start, or of a deleted topic. A writer's
+  newest object stays: it is the slot a seal goes after.
 """
 
 from __future__ import annotations
@@ -163,10 +164,14 @@ class Compactor:
         objects = self.logs.objects
         node = self.logs.config.node_id
         own = self.logs.writer.writer_id
+        ownership = self.logs.ownership
+        live = {broker.node_id for broker in ownership.brokers()}
+        # Writers of gateways that are gone are collected by the controller.
+        orphans_too = ownership.controller_id() == node
         ends: dict[tuple[str, int], int] = {}
         now_ms = int(time.time() * 1000)
         for writer, directories in objects.writers().items():
-            if writer_node(writer) != node:
+            if writer_node(writer) != node and not (orphans_too and writer_node(writer) not in live):
                 continue
             head = directories[-1]
             for directory in directories:

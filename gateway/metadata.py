@@ -8,7 +8,6 @@ the cluster issue lives behind the same interface.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Protocol
 
 import trio
 
+from kafscale.protocol.catalog import decode_catalog, encode_catalog
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topics_key
 from kafscale.storage_backends import ObjectNotFound
@@ -81,9 +81,8 @@ class EmbeddedMetadata:
             self._topics = {}
             return
         try:
-            document = json.loads(raw)
-            self._topics = {name: TopicInfo.from_json(name, data) for name, data in document["topics"].items()}
-            self._producer_block_end = int(document.get("producer_id_block_end", 0))
+            topics, self._producer_block_end = decode_catalog(raw)
+            self._topics = {name: TopicInfo.from_json(name, data) for name, data in topics.items()}
             self._next_producer_id = self._producer_block_end
         except (ValueError, KeyError, TypeError) as exc:
             raise MetadataUnreadable(f"metadata object {self._key} is unreadable: {exc}") from exc
@@ -93,12 +92,8 @@ class EmbeddedMetadata:
 
     async def _save(self, topics: dict[str, TopicInfo], producer_block_end: int | None = None) -> None:
         block_end = self._producer_block_end if producer_block_end is None else producer_block_end
-        document = {
-            "version": 1,
-            "producer_id_block_end": block_end,
-            "topics": {name: info.to_json() for name, info in sorted(topics.items())},
-        }
-        await self._store.put(self._key, json.dumps(document, indent=1).encode())
+        document = encode_catalog({name: info.to_json() for name, info in topics.items()}, block_end)
+        await self._store.put(self._key, document)
         self._topics = topics
         self._producer_block_end = block_end
 

@@ -11,6 +11,7 @@ import trio
 from kafscale.storage_backends import S3Options, StorageError, open_store
 
 from .budget import ByteBudget
+from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError
 from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, cluster_root
 from .cluster.membership import ClusterMember, ClusterStartError
@@ -139,6 +140,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         await root.start(groups.run)
         if member is not None:
             await root.start(member.run)
+            root.start_soon(mirror_catalog, metadata, store, config.namespace)
         if http_listeners:
             root.start_soon(serve_http, ctx, http_listeners)
         async with trio.open_nursery() as clients:

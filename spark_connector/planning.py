@@ -12,10 +12,10 @@ never list (except to find the segment of an entry compacted and deleted since).
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from kafscale.protocol.catalog import catalog_prefix, decode_catalog, newest_catalog_key
 from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.layout import log_prefix, parse_log_object_key, parse_segment_key, partition_prefix, topics_key
 from kafscale.protocol.log_object import DIRECTORY_TAIL_BYTES, LogEntry, directory_span, parse_directory
@@ -49,11 +49,12 @@ class PartitionRange:
 
 
 def _topics(store: ObjectStore, namespace: str) -> dict[str, dict]:
+    """The topic catalog: a cluster's newest mirror of etcd's, or a lone gateway's document."""
+    key = newest_catalog_key([info.key for info in store.list(catalog_prefix(namespace))]) or topics_key(namespace)
     try:
-        document = json.loads(store.get(topics_key(namespace)))
+        return decode_catalog(store.get(key))[0]
     except ObjectNotFound:
         return {}
-    return document.get("topics", {})
 
 
 class LogEntries:

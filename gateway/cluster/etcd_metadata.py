@@ -16,6 +16,8 @@ import json
 import logging
 import uuid
 
+import trio
+
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
 from ..groups.store import StoredGroup, slot_of
@@ -41,15 +43,19 @@ class EtcdMetadata:
         self._topics_prefix = root + "topics/"
         self._producer_key = root + "producer_id_block"
         self._topics: dict[str, TopicInfo] = {}
+        # Revision of etcd the watched catalog reflects, and an event set at each change of it.
+        self.revision = 0
+        self.changed = trio.Event()
         self._next_producer_id = 0
         self._producer_block_end = 0
 
     async def load(self) -> None:
         self.replace(await self._etcd.get_prefix(self._topics_prefix))
 
-    def replace(self, kvs: list[KeyValue]) -> None:
-        """The whole topic table, as read from etcd."""
+    def replace(self, kvs: list[KeyValue], revision: int = 0) -> None:
+        """The whole topic table, as read from etcd at ``revision``."""
         self._topics = {info.name: info for info in map(self._decode, kvs)}
+        self._seen(revision)
 
     def apply(self, kv: KeyValue, deleted: bool) -> None:
         """One change seen on the watch of ``topics/``."""
@@ -58,6 +64,14 @@ class EtcdMetadata:
             self._topics = {n: i for n, i in self._topics.items() if n != name}
         else:
             self._topics = {**self._topics, name: self._decode(kv)}
+        self._seen(kv.mod_revision)
+
+    def _seen(self, revision: int) -> None:
+        """The watched catalog is now etcd's at ``revision`` (what the store's mirror is named by)."""
+        if revision > self.revision:
+            self.revision = revision
+            self.changed.set()
+            self.changed = trio.Event()
 
     def _decode(self, kv: KeyValue) -> TopicInfo:
         return TopicInfo.from_json(kv.key[len(self._topics_prefix):], json.loads(kv.value))

@@ -60,7 +60,7 @@ class ClusterView:
         elif part == OWNERS:
             self.owners = dict(map(self._owner, kvs))
         else:
-            self._metadata.replace(kvs)
+            self._metadata.replace(kvs, revision)
         return revision
 
     def _apply(self, part: str, kv: KeyValue, deleted: bool) -> None:

@@ -14,6 +14,7 @@ PRODUCER = r"""
 import json, sys
 from confluent_kafka import Producer
 bootstrap, out_path = sys.argv[1], sys.argv[2]
+prefix = sys.argv[3] if len(sys.argv) > 3 else "message"
 out = open(out_path, "a", buffering=1)
 def report(err, msg):
     if err is None:
@@ -23,7 +24,7 @@ producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms":
 i = 0
 while True:
     try:
-        producer.produce("durable", key=str(i % 17).encode(), value=f"message-{i}".encode(), on_delivery=report)
+        producer.produce("durable", key=str(i % 17).encode(), value=f"{prefix}-{i}".encode(), on_delivery=report)
         i += 1
     except BufferError:
         producer.poll(0.01)
@@ -101,7 +102,8 @@ def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
         for round_number in range(4):
             if round_number:
                 gateway.start()
-            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file)])
+            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file),
+                                         f"round{round_number}"])
             try:
                 wanted = len(_acked(acks_file)) + 8000
                 deadline = time.monotonic() + 60

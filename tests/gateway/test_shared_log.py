@@ -7,6 +7,7 @@ import pytest
 import trio
 
 from kafscale.gateway.cache import ByteLRU
+from kafscale.gateway.cluster.ownership import SoleGateway
 from kafscale.gateway.compaction import compact
 from kafscale.gateway.fencing import Fencer
 from kafscale.gateway.log_objects import LogObjects
@@ -259,7 +260,7 @@ async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_ob
 
         def __init__(self):
             self.store = store
-            self.ownership = type("O", (), {"owns": staticmethod(lambda t, p: True)})
+            self.ownership = SoleGateway(0, "127.0.0.1", 9092)
 
         def loaded(self):
             return logs

@@ -1,0 +1,54 @@
+"""The topic catalog as stored: one JSON document, so the store describes itself.
+
+Alone, a gateway keeps it at ``{namespace}/~meta/topics.json`` and rewrites it on
+each change. In a cluster the catalog lives in etcd, and the gateways mirror it
+into the store as ``{namespace}/~meta/catalog/{etcd revision:020d}.json`` (put-if-absent;
+readers take the highest revision), so Spark reads a cluster's topics from the
+bucket alone. ::
+
+    {"version": 1, "producer_id_block_end": n,
+     "topics": {name: {"id": uuid, "partitions": n, "configs": {…}, "log_start": {"p": offset}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["CATALOG_VERSION", "encode_catalog", "decode_catalog", "catalog_key", "catalog_prefix",
+           "newest_catalog_key"]
+
+CATALOG_VERSION = 1
+_CATALOG = re.compile(r"/~meta/catalog/(\d{20})\.json$")
+
+
+def encode_catalog(topics: dict[str, dict], producer_id_block_end: int = 0) -> bytes:
+    document = {"version": CATALOG_VERSION, "producer_id_block_end": producer_id_block_end,
+                "topics": dict(sorted(topics.items()))}
+    return json.dumps(document, indent=1).encode()
+
+
+def decode_catalog(raw: bytes) -> tuple[dict[str, dict], int]:
+    """(topics by name, producer id block end); ``ValueError`` if it is not a catalog."""
+    try:
+        document = json.loads(raw)
+        topics = document["topics"]
+        if not isinstance(topics, dict) or not all(isinstance(t, dict) and "partitions" in t
+                                                   for t in topics.values()):
+            raise ValueError("topics must map names to objects with partitions")
+        return topics, int(document.get("producer_id_block_end", 0))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a topic catalog: {exc!r}") from exc
+
+
+def catalog_prefix(namespace: str) -> str:
+    return f"{namespace}/~meta/catalog/"
+
+
+def catalog_key(namespace: str, revision: int) -> str:
+    return f"{catalog_prefix(namespace)}{revision:020d}.json"
+
+
+def newest_catalog_key(keys: list[str]) -> str | None:
+    revisions = [(int(m.group(1)), key) for key in keys if (m := _CATALOG.search(key))]
+    return max(revisions)[1] if revisions else None
