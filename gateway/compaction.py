@@ -9,8 +9,9 @@ janitor deletes log objects once nothing in them is needed.
   twice. So compaction is idempotent and resumable, and needs no coordination.
 - A gateway's janitor deletes its own writers' log objects (this run's and its
   earlier runs'; the controller also those of gateways that are gone) once every
-  entry is compacted, below the log start, or of a deleted topic. A writer's
-  newest object stays: it is the slot a seal goes after.
+  entry is compacted, below the log start, or of a deleted topic. Only slots a
+  writer has passed go (a seal ahead of it stays until it meets it), never its
+  newest (where seals go after); a sealed run's seal stays ten minutes.
 """
 
 from __future__ import annotations
@@ -171,14 +172,22 @@ class Compactor:
         ends: dict[tuple[str, int], int] = {}
         now_ms = int(time.time() * 1000)
         for writer, directories in objects.writers().items():
-            if writer_node(writer) != node and not (orphans_too and writer_node(writer) not in live):
-                continue
-            head = directories[-1]
-            for directory in directories:
-                if directory is head:
-                    if writer == own or not (directory.seals_all and now_ms - directory.created_ms > SEAL_GRACE_MS):
-                        continue
-                elif directory.entries and not directory.is_seal:
+            if writer == own:
+                # Only slots this writer has passed, and never its newest: a seal ahead of it must
+                # stay until it collides with it, and the newest slot is where seals go after.
+                passed = self.logs.writer.sequence - 1
+                candidates = [d for d in directories if d.sequence < passed]
+            else:
+                if writer_node(writer) != node and not (orphans_too and writer_node(writer) not in live):
+                    continue
+                sealed = next((d for d in directories if d.seals_all), None)
+                if sealed is None:
+                    continue  # not fenced yet: its next slots may still be written
+                candidates = [d for d in directories if d.sequence < sealed.sequence]
+                if not candidates and now_ms - sealed.created_ms > SEAL_GRACE_MS:
+                    candidates = [sealed]  # a PUT of that run still in flight has long failed
+            for directory in candidates:
+                if directory.entries and not directory.is_seal:
                     settled = True
                     for entry in directory.entries:
                         if not await self._settled(entry, ends):

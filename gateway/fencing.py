@@ -37,12 +37,12 @@ Unit = tuple[str, int]
 
 
 class Fencer:
-    def __init__(self, store: AsyncStore, namespace: str, objects: LogObjects, writer_id: str,
+    def __init__(self, store: AsyncStore, namespace: str, objects: LogObjects, own_writer: Callable[[], str],
                  live_nodes: Callable[[], set[int]] | None = None) -> None:
         self._store = store
         self._namespace = namespace
         self._objects = objects
-        self._writer_id = writer_id
+        self._own_writer = own_writer
         # None: a gateway alone, every other writer is a dead or stray run of it.
         self._live_nodes = live_nodes
         self._wanted: set[Unit] = set()
@@ -52,7 +52,7 @@ class Fencer:
     async def seal_earlier_runs(self) -> None:
         """At start: seal all of this node's earlier writers (alone: every other writer)."""
         await self._objects.refresh()
-        node = writer_node(self._writer_id)
+        node = writer_node(self._own_writer())
         for writer in self._others():
             if self._live_nodes is None or writer_node(writer) == node:
                 await self._seal(writer, set(), seal_all=True)
@@ -76,7 +76,7 @@ class Fencer:
     def _others(self) -> list[str]:
         others = []
         for writer, directories in self._objects.writers().items():
-            if writer == self._writer_id or any(d.seals_all for d in directories):
+            if writer == self._own_writer() or any(d.seals_all for d in directories):
                 continue
             others.append(writer)
         return others

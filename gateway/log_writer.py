@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,13 @@ class LogWriter:
                  linger_ms: int, flush_bytes: int) -> None:
         self.store = store
         self.namespace = namespace
+        self.node_id = node_id
         self.writer_id = new_writer_id(node_id)
+        # Called when this writer was sealed whole and a new one took its place: every loaded
+        # partition must be loaded again (fencing the others first) before it is written.
+        # Alone, a seal of everything means a newer run of this gateway took the store over:
+        # this one stops writing. In a cluster it was only taken for dead and writes on.
+        self.on_new_writer: Callable[[], None] | None = None
         self.objects = objects
         self.linger_ms = linger_ms
         self.flush_bytes = flush_bytes
@@ -149,6 +156,30 @@ class LogWriter:
                 return
             items = self._apply_seal(outcome, items)
             self.sequence += 1
+            if self.sealed_all:
+                if self.on_new_writer is not None:
+                    await self._start_new_writer()
+                else:
+                    log.critical("another run of this gateway took the store over: this one writes nothing more")
+                return
+
+    async def _start_new_writer(self) -> None:
+        """Another gateway took this one for dead and sealed its writer whole (a pause past the
+        lease): go on as a new writer, whose first slot makes it known to the others."""
+        self.writer_id = new_writer_id(self.node_id)
+        self.sealed_all = False
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                await self.open()
+                break
+            except StorageError as exc:
+                log.warning("opening writer %s failed (retrying): %s", self.writer_id, exc)
+                await self.store.wait_writable(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+        log.warning("this gateway's writer was sealed; writing on as %s", self.writer_id)
+        if self.on_new_writer is not None:
+            self.on_new_writer()
 
     async def _put(self, directory: LogObjectDirectory, data: bytes) -> LogObjectDirectory | None:
         """Our directory once written; the directory found in the slot if it was taken;
@@ -201,7 +232,7 @@ class LogWriter:
             log.critical("slot %s holds another writer's data: this gateway stops writing", found.key)
             self.sealed_all = True
         elif found.seals_all:
-            log.critical("%s: another gateway with this node id sealed this writer; it stops writing", found.key)
+            log.warning("%s: this writer was sealed whole", found.key)
             self.sealed_all = True
         sealed = found.sealed()
         kept = []

@@ -53,7 +53,9 @@ class LogManager:
         self.writer = LogWriter(store, config.namespace, config.node_id, self.objects,
                                 config.flush_linger_ms, config.flush_max_bytes)
         live = (lambda: {broker.node_id for broker in self.ownership.brokers()}) if self.clustered else None
-        self.fencer = Fencer(store, config.namespace, self.objects, self.writer.writer_id, live)
+        self.fencer = Fencer(store, config.namespace, self.objects, lambda: self.writer.writer_id, live)
+        if self.clustered:
+            self.writer.on_new_writer = self._fence_loaded
         self.compactor = Compactor(self)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
@@ -204,8 +206,8 @@ class LogManager:
         key = (topic, partition)
         while True:
             existing = self._logs.get(key)
-            if existing is not None and existing.epoch != epoch:
-                # Owned again after another gateway had it: what we hold is stale.
+            if existing is not None and (existing.epoch != epoch or existing.fenced):
+                # Owned again after another gateway had it, or sealed: what we hold is stale.
                 await self.release(topic, partition)
                 continue
             if existing is not None:
@@ -231,6 +233,10 @@ class LogManager:
         finally:
             del self._loading[key]
             loading.set()
+
+    def _fence_loaded(self) -> None:
+        for partition_log in self._logs.values():
+            partition_log.fenced = True  # loaded again (fencing the others) on next use
 
     def loaded(self) -> list[PartitionLog]:
         return list(self._logs.values())

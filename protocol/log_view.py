@@ -10,8 +10,10 @@ log. The rules:
   dropped; one that overlaps the compacted end is kept (a reader skips the batches
   it has). Any offset held by two pieces is the same stored batch, byte for byte:
   fencing guarantees no offset is ever claimed twice.
-- Within a writer's sequence, an entry of a partition after a seal that names it
-  (or seals everything) is ignored: the writer was fenced there.
+- Within a writer's sequence, nothing after a seal of every partition counts: that
+  writer was declared dead there. (A seal naming partitions needs no such rule: the
+  writer reads it before writing on, and writes a sealed partition again only after
+  it took the partition back, fencing everyone else first.)
 - The high watermark is one past the last offset of any piece; the log start is
   the first piece's base, or the persisted one (DeleteRecords) if later.
 
@@ -71,19 +73,13 @@ def entries_by_partition(directories: Iterable[LogObjectDirectory]) -> dict[tupl
         by_writer[parsed[0] if parsed else directory.key].append(directory)
     found: dict[tuple[str, int], list[LogEntry]] = defaultdict(list)
     for objects in by_writer.values():
-        sealed: set[tuple[str, int]] = set()
-        all_sealed = False
         for directory in sorted(objects, key=lambda d: d.sequence):
-            if directory.is_seal:
-                sealed |= directory.sealed()
-                all_sealed = all_sealed or directory.seals_all
-                continue
-            if all_sealed:
+            if directory.seals_all:
                 break
+            if directory.is_seal:
+                continue
             for entry in directory.entries:
-                unit = (entry.topic, entry.partition)
-                if unit not in sealed:
-                    found[unit].append(entry)
+                found[(entry.topic, entry.partition)].append(entry)
     return found
 
 

@@ -47,7 +47,7 @@ class Node:
         self.store = store
         self.objects = LogObjects(store, "ns")
         self.writer = LogWriter(store, "ns", node_id, self.objects, linger_ms, 1 << 20)
-        self.fencer = Fencer(store, "ns", self.objects, self.writer.writer_id,
+        self.fencer = Fencer(store, "ns", self.objects, lambda: self.writer.writer_id,
                              None if alone else (lambda: {0, 1}))
         self.settings = settings
         self.owned = {}
@@ -242,6 +242,28 @@ async def test_losing_the_partition_before_the_write_fails_and_rolls_numbering_b
     assert base == 0
 
 
+class _Manager:
+    """What the compactor and janitor ask of the log manager."""
+
+    def __init__(self, store, node, logs, node_id=0):
+        self.config = type("C", (), {"node_id": node_id, "namespace": "ns"})
+        self.objects, self.writer, self.store = node.objects, node.writer, store
+        self.ownership = SoleGateway(node_id, "127.0.0.1", 9092)
+        self._logs = logs
+
+    def loaded(self):
+        return self._logs
+
+    def loaded_log(self, topic, partition):
+        return next((log for log in self._logs if log.partition == partition), None)
+
+    def topics(self):
+        import uuid
+
+        info = type("I", (), {"partitions": 2, "topic_id": uuid.UUID(int=0), "log_start": {}})
+        return {"t": info}
+
+
 async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_objects(store, nursery):
     from kafscale.gateway.compaction import Compactor
 
@@ -254,27 +276,7 @@ async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_ob
             await ticket.wait()
     assert len(await _log_objects(store)) == 21
 
-    class Manager:  # what the compactor asks of the log manager
-        config = type("C", (), {"node_id": 0, "namespace": "ns"})
-        objects, writer = node.objects, node.writer
-
-        def __init__(self):
-            self.store = store
-            self.ownership = SoleGateway(0, "127.0.0.1", 9092)
-
-        def loaded(self):
-            return logs
-
-        def loaded_log(self, topic, partition):
-            return logs[partition]
-
-        def topics(self):
-            import uuid
-
-            info = type("I", (), {"partitions": 2, "topic_id": uuid.UUID(int=0), "log_start": {}})
-            return {"t": info}
-
-    compactor = Compactor(Manager())
+    compactor = Compactor(_Manager(store, node, logs))
     await compactor.pass_once(everything=True)
     for log in logs:
         segments = [p for p in log.pieces if p.kind == "segment"]
@@ -377,3 +379,24 @@ async def test_a_torn_last_segment_is_moved_aside(store, nursery):
     assert log.high_watermark == 3
     keys = [i.key for i in await store.list("ns/t/0/")]
     assert segment_key("ns", "t", 0, 3) + ".torn" in keys
+
+
+async def test_the_janitor_never_deletes_a_seal_ahead_of_its_writer(store, nursery):
+    """A seal put in the slot this writer will write next must stay until the writer meets
+    it: deleting it would let the writer store a partition another gateway took over."""
+    from kafscale.gateway.compaction import Compactor
+
+    a = await Node(store, node_id=0, alone=False).start(nursery)
+    b = await Node(store, node_id=1, alone=False).start(nursery)
+    a0 = await a.open(0)
+    for i in range(3):
+        _, ticket = a0.append(*_record_set(start=3 * i))
+        await ticket.wait()
+    await b.open(0, fence=True)  # a seal goes in a's next slot,
+    await b.open(1, fence=True)  # and another one after it
+    await a.objects.refresh()
+    await Compactor(_Manager(store, a, [a0])).collect()
+    _, ticket = a0.append(*_record_set(start=9))
+    with pytest.raises(KafkaError) as info:
+        await ticket.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower

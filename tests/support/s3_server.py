@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -13,15 +12,24 @@ from pathlib import Path
 from kafscale.storage_backends import S3Options
 from tests.support.gateway_process import free_port
 
+# moto_server handles requests in threads, and its conditional PUT (If-None-Match: *) is a check
+# then a put: two racing creates of one key can both succeed, which S3 never allows and the
+# gateways' fencing relies on. One request at a time makes moto's create atomic, as S3's is.
+_SERIAL_MOTO = """
+import sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+run_simple("127.0.0.1", int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)
+"""
+
 
 class MotoServer:
     def __init__(self, log_dir: Path) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / "moto.log"
-        executable = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen([executable, "-H", "127.0.0.1", "-p", str(self.port)],
+            self.process = subprocess.Popen([sys.executable, "-c", _SERIAL_MOTO, str(self.port)],
                                             stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
