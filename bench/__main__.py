@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from . import broker_bench, cluster_bench, group_bench, limits_bench, protocol_bench, report, spark_bench
+from . import broker_bench, cluster_bench, group_bench, limits_bench, objects_bench, protocol_bench, report, spark_bench
 
 SECTIONS = {
     "protocol": protocol_bench.run,
     "limits": limits_bench.run,
     "broker": broker_bench.run,
+    "objects": objects_bench.run,
     "groups": group_bench.run,
     "spark": spark_bench.run,
     "cluster": cluster_bench.run,

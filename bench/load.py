@@ -95,6 +95,42 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     return {"samples": len(samples), "p50_ms": pick(0.50), "p99_ms": pick(0.99), "max_ms": samples[-1] * 1000}
 
 
+def steady(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float, size: int) -> dict:
+    """A steady ``rate`` msgs/s of ``size`` bytes spread over the partitions (acks=all,
+    linger.ms=5, as a user would run it), with each message's ack latency."""
+    create(bootstrap, topic, partitions)
+    time.sleep(1.0)  # let the partitions load before the clock starts
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    samples: list[float] = []
+    errors = 0
+    sent_at: dict[int, float] = {}
+
+    def report(err, msg):
+        nonlocal errors
+        if err is not None:
+            errors += 1
+        else:
+            samples.append(time.perf_counter() - sent_at.pop(int(msg.key())))
+
+    interval = 1.0 / rate
+    payload = b"x" * size
+    started = time.perf_counter()
+    next_at, i = started, 0
+    while time.perf_counter() - started < seconds:
+        now = time.perf_counter()
+        while now >= next_at:
+            sent_at[i] = time.perf_counter()
+            producer.produce(topic, key=b"%d" % i, value=payload, partition=i % partitions, on_delivery=report)
+            i += 1
+            next_at += interval
+        producer.poll(max(0.0, min(interval, next_at - time.perf_counter())))
+    producer.flush(60)
+    elapsed = time.perf_counter() - started
+    samples.sort()
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))] * 1000 if samples else float("nan")  # noqa: E731
+    return {"seconds": elapsed, "messages": i, "errors": errors, "p50_ms": pick(0.5), "p99_ms": pick(0.99)}
+
+
 def main(argv: list[str]) -> None:
     mode, bootstrap, topic, *rest = argv
     if mode == "create":
@@ -104,6 +140,8 @@ def main(argv: list[str]) -> None:
         result = produce(bootstrap, topic, *map(int, rest))
     elif mode == "consume":
         result = consume(bootstrap, topic, int(rest[0]), int(rest[1]))
+    elif mode == "steady":
+        result = steady(bootstrap, topic, int(rest[0]), int(rest[1]), float(rest[2]), int(rest[3]))
     elif mode == "latency":
         result = latency(bootstrap, topic, int(rest[0]), float(rest[1]))
     else:

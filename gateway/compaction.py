@@ -72,6 +72,7 @@ async def compact(partition_log: PartitionLog) -> int:
             partition_log.uncompacted_since = None
             return 0
         builder: SegmentBuilder | None = None
+        limit = partition_log.settings.segment_bytes
         for piece in chosen:
             loaded = await partition_log.load_piece(piece)
             for batch in loaded.batches:
@@ -79,8 +80,13 @@ async def compact(partition_log: PartitionLog) -> int:
                     continue
                 if builder is None:
                     builder = SegmentBuilder(batch.base_offset)
+                elif builder.body_size + batch.size > limit:
+                    break  # the segment is full: the rest of this entry goes in the next one
                 builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])
                 start = batch.last_offset + 1
+            else:
+                continue
+            break
         if builder is None or not partition_log.writable() or partition_log.fenced:
             return 0
         settings = partition_log.settings

@@ -20,6 +20,7 @@ from tests.support.etcd_server import EtcdServer
 from tests.support.gateway_process import GatewayProcess
 
 LEASE_MS = 3000
+COMPACTION_DELAY_MS = 1000
 
 
 def wait_until(condition, timeout: float, message, interval: float = 0.1) -> None:
@@ -47,6 +48,8 @@ class Cluster:
             "--node-id", str(node_id), "--etcd-endpoints", self.etcd_endpoints,
             "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
             "--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG",
+            # Compaction and the janitor run throughout the failovers, not after them.
+            "--compaction-delay-ms", str(COMPACTION_DELAY_MS),
         )
         gateway.log_path = self.tmp_path / f"gateway-{node_id}.log"
         return gateway
@@ -105,6 +108,13 @@ class Cluster:
             footer = parse_segment_footer(store.get_range(info.key, info.size - SEGMENT_FOOTER_SIZE, info.size))
             ranges.append((header.base_offset, footer.last_offset))
         return sorted(ranges)
+
+    def log_entry_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(base, last) offsets of the partition's entries in the shared log objects."""
+        from kafscale.spark_connector.planning import LogEntries
+
+        entries = LogEntries(open_store(self.location, s3=self.s3.options()), "kafscale").of(topic, partition, None)
+        return sorted((e.base_offset, e.last_offset) for e in entries)
 
     def stop(self) -> None:
         for gateway in self.gateways:

@@ -115,8 +115,8 @@ def read_all(cluster, topic: str, partitions: int) -> dict[tuple[int, int], str]
 
 
 def verify(cluster, topic: str, partitions: int, acked: list) -> dict:
-    """Every acknowledged message is at its offset; offsets are dense; no two segment
-    objects claim the same offset. Returns counts for the assertion messages."""
+    """Every acknowledged message is at its offset; offsets are dense; no two segments and no
+    two log-object entries claim the same offset. Returns counts for the assertion messages."""
     stored = read_all(cluster, topic, partitions)
     for partition, offset, value in acked:
         assert stored.get((partition, offset)) == value, \
@@ -130,6 +130,9 @@ def verify(cluster, topic: str, partitions: int, acked: list) -> dict:
         ranges = cluster.segment_ranges(topic, partition)
         for (_, last), (next_base, _) in zip(ranges, ranges[1:], strict=False):
             assert last < next_base, f"segments of {topic}-{partition} overlap: {ranges}"
+        entries = cluster.log_entry_ranges(topic, partition)  # still in shared log objects
+        for (_, last), (next_base, _) in zip(entries, entries[1:], strict=False):
+            assert last < next_base, f"two log objects claim offsets of {topic}-{partition}: {entries}"
     copies: dict[str, int] = {}
     for value in stored.values():
         copies[value] = copies.get(value, 0) + 1
@@ -332,7 +335,7 @@ def test_a_joining_gateway_takes_its_share_and_clients_follow(cluster, tmp_path)
 
 def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_path):
     """segment.bytes altered through a gateway that does not own the partition applies at its
-    owner; a deleted topic's committed offsets leave the group wherever it is coordinated."""
+    owner (to the segments compaction writes); a deleted topic's committed offsets leave the group wherever it is coordinated."""
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -354,8 +357,10 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     for _ in range(200):
         producer.produce(topic, value=b"x" * 100, partition=0)
     assert producer.flush(30) == 0
+    covered = lambda n: (lambda: sum(last - base + 1 for base, last in cluster.segment_ranges(topic, 0)) >= n)  # noqa: E731
+    wait_until(covered(200), 20, lambda: cluster.segment_ranges(topic, 0))  # compacted (after a second)
     before = cluster.segment_ranges(topic, 0)
-    assert max(last - base + 1 for base, last in before) > 15  # flushes gather many batches
+    assert max(last - base + 1 for base, last in before) > 15  # compaction gathers many batches
 
     admin = AdminClient({"bootstrap.servers": elsewhere})
     resource = ConfigResource("topic", topic, incremental_configs=[
@@ -363,9 +368,10 @@ def test_topic_changes_made_through_one_gateway_reach_the_others(cluster, tmp_pa
     admin.incremental_alter_configs([resource])[resource].result(10)
     assert 'api="INCREMENTAL_ALTER_CONFIGS"' not in cluster.gateways[owner].metrics()  # changed elsewhere
     time.sleep(1.0)  # a few refreshes of the owner
-    for _ in range(200):  # ~35 KB of batches: split into ~2 KB segments by the owner
+    for _ in range(200):  # ~35 KB of batches: compacted into ~2 KB segments by the owner
         producer.produce(topic, value=b"y" * 100, partition=0)
     assert producer.flush(30) == 0
+    wait_until(covered(400), 20, lambda: cluster.segment_ranges(topic, 0))
     after = cluster.segment_ranges(topic, 0)[len(before):]
     # ~170-byte batches: at most 12 fit in 2 KiB (a segment closes before it would exceed it).
     assert after and max(last - base + 1 for base, last in after) <= 12, after

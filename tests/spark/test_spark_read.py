@@ -195,3 +195,36 @@ def test_reads_a_topic_written_to_s3(spark, tmp_path, seaweed_server):
         assert len(rows) == 600 and rows == _consume(gateway, "sp-s3")
     finally:
         gateway.kill()
+
+
+def test_a_partly_compacted_topic_reads_as_a_consumer_sees_it(spark, tmp_path):
+    """Segments (compacted), log objects already compacted but not yet deleted, and the newest
+    records only in log objects: Spark returns exactly the consumer's records, once each."""
+    data = tmp_path / "data"
+    gateway = GatewayProcess(data, "--compaction-delay-ms", "0").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("sp-part", num_partitions=3, replication_factor=1)])["sp-part"].result(10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 5})
+        for i in range(300):
+            producer.produce("sp-part", key=f"k{i}".encode(), value=f"value-{i}".encode())
+        assert producer.flush(10) == 0
+        deadline = time.monotonic() + 20
+        while len(list((data / "kafscale" / "sp-part").glob("*/*.kfs"))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        gateway.stop()
+    gateway = GatewayProcess(data, "--compaction-delay-ms", "600000").start()  # the rest stays in log objects
+    try:
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 5})
+        for i in range(300, 600):
+            producer.produce("sp-part", key=f"k{i}".encode(), value=f"value-{i}".encode())
+        assert producer.flush(10) == 0
+        assert len(list((data / "kafscale" / "sp-part").glob("*/*.kfs"))) >= 3
+        assert list((data / "kafscale" / "~log").glob("*/*.kfl"))
+        df = spark.read.format("kafscale").option("subscribe", "sp-part").load(str(data))
+        rows = [(bytes(r.key), bytes(r.value), r.partition, r.offset) for r in df.orderBy("partition", "offset").collect()]
+        consumed = [(r[0], r[1], r[3], r[4]) for r in _consume(gateway, "sp-part")]
+        assert len(rows) == 600 and rows == consumed
+    finally:
+        gateway.kill()
