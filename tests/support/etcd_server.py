@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -79,8 +80,16 @@ class EtcdServer:
         body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
                            "range_end": base64.b64encode(end.encode()).decode()}).encode()
         request = urllib.request.Request(self.endpoint + "/v3/kv/range", data=body, method="POST")
-        with urllib.request.urlopen(request, timeout=5) as response:
-            kvs = json.loads(response.read()).get("kvs", [])
+        for attempt in range(20):
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    kvs = json.loads(response.read()).get("kvs", [])
+                break
+            except urllib.error.HTTPError as exc:
+                # 503 while a member is lost and the others elect a leader: ask again.
+                if exc.code != 503 or attempt == 19:
+                    raise
+                time.sleep(0.25)
         return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")) for kv in kvs}
 
 
