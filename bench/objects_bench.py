@@ -4,7 +4,7 @@ on an S3 server, for this commit and (``KAFSCALE_BENCH_BASELINE=<ref>``) an earl
 
 S3 requests are counted by a proxy between the gateway and SeaweedFS (``weed mini``):
 ``shared/tools/s3_count_proxy.py`` beside the project. On the filesystem, the files created
-(names seen by polling the data directory every 50 ms, so files compaction deletes are counted).
+(names seen by polling the data directory every 200 ms, so files compaction deletes are counted).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class FileCounter:
         while not self._stop.is_set():
             for folder, _, names in os.walk(self.root):
                 self.seen.update(os.path.join(folder, name) for name in names)
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     def counts(self) -> dict[str, int]:
         return {"PUT": len(self.seen)}
@@ -138,6 +138,7 @@ def run() -> None:
             if not PROXY.exists():
                 print(f"no {PROXY}: S3 rows skipped")
                 continue
+            (workdir / f"{tag}-weed").mkdir()
             weed = SeaweedServer(workdir / f"{tag}-weed")
             proxy_port, counts = _free_port(), workdir / f"{tag}-counts.json"
             proxy = subprocess.Popen([sys.executable, str(PROXY), str(proxy_port), str(weed.port), str(counts)])

@@ -92,7 +92,10 @@ class GatewayConfig:
     connection_inflight_bytes: int = _opt(
         64 * 2**20, "request and unsent response bytes one connection may hold (beyond one request)",
         minimum=1024)
-    max_inflight_requests: int = _opt(64, "pipelined requests in flight per connection", minimum=1)
+    max_inflight_requests: int = _opt(
+        1024, "pipelined requests in flight per connection (produce requests wait up to linger_ms for their "
+        "log object, so a client sending every few ms needs hundreds; their bytes are bounded by the budgets)",
+        minimum=1)
     fetch_max_bytes: int = _opt(
         55 * 2**20, "largest Fetch answer, whatever the client asks (Kafka's fetch.max.bytes); "
         "the first batch is served even if larger", minimum=1024)
