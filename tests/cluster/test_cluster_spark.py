@@ -3,9 +3,7 @@ mirrored from etcd, log objects of several gateways (one of them killed mid-way,
 writer was sealed) and compacted segments, equal to what a consumer reads, also after
 DeleteRecords."""
 
-import os
 import signal
-import sys
 import time
 
 import pytest
@@ -14,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from kafscale.spark_connector.planning import _topics
 from kafscale.storage_backends import open_store
+from tests.support.spark import spark_session
 
 from .conftest import wait_until
 from .test_cluster import create_topic, read_all
@@ -23,14 +22,7 @@ pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[sp
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("kafscale-cluster-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    yield from spark_session("kafscale-cluster-tests")
 
 
 def _produce(cluster, start: int, count: int) -> None:

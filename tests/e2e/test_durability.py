@@ -38,6 +38,25 @@ def _acked(path):
         return [json.loads(line) for line in handle if line.endswith("\n")]
 
 
+def verify_stored(gateway, acked) -> None:
+    """Every acknowledged message is stored once, at its offset, and offsets are dense."""
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "d", "enable.auto.commit": False})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1] for p in range(3)}
+    consumer.assign([TopicPartition("durable", p, 0) for p in range(3)])
+    stored = {}
+    while len(stored) < sum(ends.values()):
+        message = consumer.poll(10)
+        assert message is not None and not message.error()
+        stored[(message.partition(), message.offset())] = message.value().decode()
+    consumer.close()
+    for partition, offset, value in acked:
+        assert stored.get((partition, offset)) == value, f"acked {value} at {partition}/{offset} is missing"
+    values = list(stored.values())
+    assert len(values) == len(set(values)), "a message is stored twice"
+    for partition in range(3):  # offsets dense: nothing torn is served
+        assert sorted(o for p, o in stored if p == partition) == list(range(ends[partition]))
+
+
 def kill_mid_produce_and_verify(gateway, tmp_path, acks_wanted: int) -> None:
     """Produce (acks=all) from another process, kill -9 the gateway mid-produce, restart it,
     and check every acknowledged message is stored once at its offset."""
@@ -60,22 +79,7 @@ def kill_mid_produce_and_verify(gateway, tmp_path, acks_wanted: int) -> None:
     assert len(acked) >= acks_wanted
 
     gateway.start()
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "d", "enable.auto.commit": False})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1] for p in range(3)}
-    consumer.assign([TopicPartition("durable", p, 0) for p in range(3)])
-    stored = {}
-    while len(stored) < sum(ends.values()):
-        message = consumer.poll(10)
-        assert message is not None and not message.error()
-        stored[(message.partition(), message.offset())] = message.value().decode()
-    consumer.close()
-
-    for partition, offset, value in acked:
-        assert stored.get((partition, offset)) == value, f"acked {value} at {partition}/{offset} is missing"
-    values = list(stored.values())
-    assert len(values) == len(set(values)), "a message is stored twice"
-    for partition in range(3):  # offsets dense: nothing torn is served
-        assert sorted(o for p, o in stored if p == partition) == list(range(ends[partition]))
+    verify_stored(gateway, acked)
     # Produce keeps working on the recovered partitions.
     tail = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
     tail.produce("durable", value=b"after", partition=0)
@@ -116,23 +120,9 @@ def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
                 producer.kill()
                 producer.wait()
         acked = _acked(acks_file)
-        gateway.start()
-        consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "d", "enable.auto.commit": False})
-        ends = {p: consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1] for p in range(3)}
-        consumer.assign([TopicPartition("durable", p, 0) for p in range(3)])
-        stored = {}
-        while len(stored) < sum(ends.values()):
-            message = consumer.poll(10)
-            assert message is not None and not message.error()
-            stored[(message.partition(), message.offset())] = message.value().decode()
-        consumer.close()
         assert len(acked) >= 32_000
-        for partition, offset, value in acked:
-            assert stored.get((partition, offset)) == value, f"acked {value} at {partition}/{offset} is missing"
-        values = list(stored.values())
-        assert len(values) == len(set(values)), "a message is stored twice"
-        for partition in range(3):
-            assert sorted(o for p, o in stored if p == partition) == list(range(ends[partition]))
+        gateway.start()
+        verify_stored(gateway, acked)
         segments = list((gateway.data_dir / "kafscale" / "durable").glob("*/*.kfs"))
         assert len(segments) >= 3, "compaction wrote segments"
     finally:

@@ -1,28 +1,20 @@
 """spark.readStream.format("kafscale") with Trigger.AvailableNow: exactly the new records
 across restarts of the query, admission control, new partitions picked up."""
 
-import os
-import sys
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.spark import spark_session
 
 pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("kafscale-stream-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    yield from spark_session("kafscale-stream-tests")
 
 
 def _produce(gateway, topic, start, count, partitions):
