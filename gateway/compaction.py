@@ -43,6 +43,7 @@ log = logging.getLogger("kafscale.compaction")
 
 # A sealed writer's last object is kept this long (a PUT of its could still be in flight).
 SEAL_GRACE_MS = 10 * 60_000
+COLLECT_INTERVAL_S = 10.0
 
 
 def due(partition_log: PartitionLog, now: float) -> bool:
@@ -135,6 +136,7 @@ class Compactor:
         self.logs = logs
         self.check_interval_s = check_interval_s
         self.errors = 0
+        self._collected_at = float("-inf")
         self.segments_written = 0
         self.objects_deleted = 0
 
@@ -149,7 +151,9 @@ class Compactor:
                 log.exception("compaction pass failed")
 
     async def pass_once(self, *, everything: bool = False) -> None:
-        """Compact every partition that is due (``everything``: all there is), then collect."""
+        """Compact every partition that is due (``everything``: all there is), then collect
+        (at most every ``COLLECT_INTERVAL_S``: collecting lists the segments of partitions
+        other gateways compact)."""
         now = trio.current_time()
         for partition_log in self.logs.loaded():
             while everything or due(partition_log, now):
@@ -163,7 +167,9 @@ class Compactor:
                     break
                 self.segments_written += 1
                 await trio.lowlevel.checkpoint()
-        await self.collect()
+        if everything or now - self._collected_at >= COLLECT_INTERVAL_S:
+            self._collected_at = now
+            await self.collect()
 
     async def collect(self) -> None:
         """Delete this node's log objects whose every entry is settled; load the partitions

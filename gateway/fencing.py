@@ -26,7 +26,7 @@ from kafscale.protocol.layout import log_object_key, writer_node
 from kafscale.protocol.log_object import encode_seal
 from kafscale.storage_backends import ObjectExists
 
-from .log_objects import LogObjects, read_log_directory
+from .log_objects import LogObjects, read_slot
 from .storage import AsyncStore
 
 __all__ = ["Fencer"]
@@ -89,10 +89,9 @@ class Fencer:
             try:
                 await self._store.put_if_absent(key, data)
             except ObjectExists:  # the writer got there first: seal the slot after
-                info = await self._store.head(key)
-                if info is not None:
-                    found = await read_log_directory(self._store, key, info.size)
-                    self._objects.add(found, info.size)
+                found = await read_slot(self._store, key)
+                if found is not None:
+                    self._objects.add(found, 0)
                     if found.seals_all:
                         return
                 sequence += 1

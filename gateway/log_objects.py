@@ -15,18 +15,18 @@ import trio
 from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.layout import log_prefix, parse_log_object_key
 from kafscale.protocol.log_object import (
-    DIRECTORY_TAIL_BYTES,
     LogEntry,
     LogObjectDirectory,
-    directory_span,
+    directory_from_tail,
     parse_directory,
+    tail_start,
 )
 from kafscale.protocol.log_view import entries_by_partition
 from kafscale.storage_backends import ObjectNotFound
 
 from .storage import AsyncStore
 
-__all__ = ["LogObjects", "read_log_directory"]
+__all__ = ["LogObjects", "read_log_directory", "read_slot"]
 
 log = logging.getLogger("kafscale.log_objects")
 
@@ -36,14 +36,16 @@ _READS_IN_FLIGHT = 16
 async def read_log_directory(store: AsyncStore, key: str, size: int) -> LogObjectDirectory:
     """A log object's directory, from one ranged GET of its tail (two if the directory is
     larger than that read); :class:`SegmentFormatError` if the object is torn."""
-    start = max(0, size - DIRECTORY_TAIL_BYTES)
-    tail = await store.get_range(key, start, size)
-    if len(tail) != size - start:
-        raise SegmentFormatError(f"{key}: {len(tail)} bytes read of {size - start}")
-    position, _ = directory_span(size, tail)
-    if position < start:
-        return parse_directory(key, await store.get_range(key, position, size))
-    return parse_directory(key, tail[position - start:])
+    found = directory_from_tail(key, size, await store.get_range(key, tail_start(size), size))
+    if isinstance(found, int):
+        return parse_directory(key, await store.get_range(key, found, size))
+    return found
+
+
+async def read_slot(store: AsyncStore, key: str) -> LogObjectDirectory | None:
+    """The directory of whatever took a slot (a put-if-absent lost), ``None`` if it is gone."""
+    info = await store.head(key)
+    return None if info is None else await read_log_directory(store, key, info.size)
 
 
 class LogObjects:

@@ -30,9 +30,9 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObjectDirectory
-from kafscale.storage_backends import ObjectExists, StorageError
+from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
 
-from .log_objects import LogObjects, read_log_directory
+from .log_objects import LogObjects, read_slot
 from .storage import AsyncStore
 
 if TYPE_CHECKING:
@@ -116,12 +116,6 @@ class LogWriter:
                 except Exception:  # a bug must fail these requests, not stop the writer
                     log.exception("flush failed")
 
-    async def flush_now(self) -> None:
-        """Write what is pending now (tests and shutdown)."""
-        dirty, self._dirty = list(self._dirty), {}
-        with trio.CancelScope(shield=True):
-            await self._flush(dirty)
-
     async def _flush(self, dirty: list[PartitionLog]) -> None:
         items: list[tuple[PartitionLog, Pending]] = []
         for partition_log in dirty:
@@ -187,16 +181,14 @@ class LogWriter:
         try:
             await self.store.put_if_absent(directory.key, data)
         except ObjectExists:
-            try:
-                found = await read_log_directory(self.store, directory.key, len(data))
-            except Exception as exc:  # sizes differ, or unreadable: not ours, read it again
-                try:
-                    info = await self.store.head(directory.key)
-                    found = await read_log_directory(self.store, directory.key, info.size if info else 0)
-                except Exception:
-                    self.failing = f"slot {directory.key} is taken and unreadable: {exc}"
-                    log.error("%s", self.failing)
-                    return None
+            try:  # what took the slot: a seal, or our own earlier attempt
+                found = await read_slot(self.store, directory.key)
+                if found is None:
+                    raise ObjectNotFound(directory.key)
+            except Exception as exc:
+                self.failing = f"slot {directory.key} is taken and unreadable: {exc}"
+                log.error("%s", self.failing)
+                return None
             if found.entries == directory.entries and found.created_ms == directory.created_ms:
                 self.failing = None
                 return directory  # our own earlier attempt landed

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from kafscale.protocol.errors import KafkaError, SegmentFormatError
+from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.layout import parse_segment_key
 from kafscale.protocol.log_view import partition_view
-from kafscale.protocol.segment import (
-    SEGMENT_FOOTER_SIZE,
-    SEGMENT_HEADER_SIZE,
-    parse_segment_footer,
-    parse_segment_header,
-)
+from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE
+from kafscale.protocol.segment import segment_end as end_of_segment
 
 from .log_objects import LogObjects
 from .partition_log import FlushTicket, PartitionLog
@@ -34,14 +30,8 @@ async def segment_end(store: AsyncStore, key: str, size: int) -> int | None:
     """One past the last offset of a segment, from its header and footer (``None`` if torn)."""
     if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         return None
-    try:
-        header = parse_segment_header(await store.get_range(key, 0, SEGMENT_HEADER_SIZE))
-        footer = parse_segment_footer(await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
-    except SegmentFormatError:
-        return None
-    if footer.last_offset < header.base_offset:
-        return None
-    return footer.last_offset + 1
+    head = await store.get_range(key, 0, SEGMENT_HEADER_SIZE)
+    return end_of_segment(size, head, await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
 
 
 async def list_segments(store: AsyncStore, prefix: str, *, repair: bool = False

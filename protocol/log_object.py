@@ -60,6 +60,8 @@ __all__ = [
     "encode_seal",
     "parse_directory",
     "directory_span",
+    "tail_start",
+    "directory_from_tail",
     "read_entry",
 ]
 
@@ -227,6 +229,23 @@ def directory_span(size: int, tail: bytes) -> tuple[int, int]:
     if position < LOG_OBJECT_HEADER_SIZE or position + length + LOG_OBJECT_FOOTER_SIZE != size:
         raise SegmentFormatError(f"log object directory at {position}+{length} does not fit {size} bytes")
     return position, size
+
+
+def tail_start(size: int) -> int:
+    """Where to start the one ranged read that usually holds an object's whole directory."""
+    return max(0, size - DIRECTORY_TAIL_BYTES)
+
+
+def directory_from_tail(key: str, size: int, tail: bytes) -> LogObjectDirectory | int:
+    """The directory, from the bytes ``[tail_start(size), size)``; or, when the directory
+    starts before them, the position to read from (then ``parse_directory`` of that read)."""
+    start = tail_start(size)
+    if len(tail) != size - start:
+        raise SegmentFormatError(f"{key}: {len(tail)} bytes read of {size - start}")
+    position, _ = directory_span(size, tail)
+    if position < start:
+        return position
+    return parse_directory(key, tail[position - start:])
 
 
 def parse_directory(key: str, tail: bytes) -> LogObjectDirectory:

@@ -59,7 +59,7 @@ class Piece:
 
 @dataclass(frozen=True, slots=True)
 class PartitionView:
-    pieces: tuple[Piece, ...]  # by base offset; consecutive pieces leave no hole
+    pieces: tuple[Piece, ...]  # by base offset; a piece may overlap the one before (same bytes)
     log_start: int
     high_watermark: int
     compacted_end: int  # one past the last offset in segments (0 without segments)

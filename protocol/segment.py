@@ -40,6 +40,7 @@ __all__ = [
     "parse_segment_header",
     "parse_segment_footer",
     "read_segment",
+    "segment_end",
 ]
 
 SEGMENT_MAGIC = b"KAFS"
@@ -215,3 +216,16 @@ def read_segment(data: bytes) -> Segment:
         )
     absolute = [_moved(batch, batch.position + SEGMENT_HEADER_SIZE) for batch in batches]
     return Segment(header, footer, data, absolute)
+
+
+def segment_end(size: int, head: bytes, tail: bytes) -> int | None:
+    """One past a segment's last offset, from its first ``SEGMENT_HEADER_SIZE`` and last
+    ``SEGMENT_FOOTER_SIZE`` bytes; ``None`` for a torn or partial object (never acknowledged)."""
+    if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
+        return None
+    try:
+        header = parse_segment_header(head)
+        footer = parse_segment_footer(tail)
+    except SegmentFormatError:
+        return None
+    return footer.last_offset + 1 if footer.last_offset >= header.base_offset else None

@@ -18,14 +18,9 @@ from dataclasses import dataclass
 from kafscale.protocol.catalog import catalog_prefix, decode_catalog, newest_catalog_key
 from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.layout import log_prefix, parse_log_object_key, parse_segment_key, partition_prefix, topics_key
-from kafscale.protocol.log_object import DIRECTORY_TAIL_BYTES, LogEntry, directory_span, parse_directory
+from kafscale.protocol.log_object import LogEntry, directory_from_tail, parse_directory, tail_start
 from kafscale.protocol.log_view import PartitionView, Piece, entries_by_partition, first_record_at, partition_view
-from kafscale.protocol.segment import (
-    SEGMENT_FOOTER_SIZE,
-    SEGMENT_HEADER_SIZE,
-    parse_segment_footer,
-    parse_segment_header,
-)
+from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, segment_end
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
@@ -67,12 +62,8 @@ class LogEntries:
         def read(item: tuple[str, int]):
             key, size = item
             try:
-                start = max(0, size - DIRECTORY_TAIL_BYTES)
-                tail = store.get_range(key, start, size)
-                position, _ = directory_span(size, tail)
-                if position < start:
-                    return parse_directory(key, store.get_range(key, position, size))
-                return parse_directory(key, tail[position - start:])
+                found = directory_from_tail(key, size, store.get_range(key, tail_start(size), size))
+                return parse_directory(key, store.get_range(key, found, size)) if isinstance(found, int) else found
             except (ObjectNotFound, SegmentFormatError):
                 return None  # deleted since the listing (compacted), or torn: never acknowledged
 
@@ -88,12 +79,8 @@ class LogEntries:
 def _segment_end(store: ObjectStore, key: str, size: int) -> int | None:
     if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         return None
-    try:
-        header = parse_segment_header(store.get_range(key, 0, SEGMENT_HEADER_SIZE))
-        footer = parse_segment_footer(store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
-    except SegmentFormatError:
-        return None
-    return footer.last_offset + 1 if footer.last_offset >= header.base_offset else None
+    head = store.get_range(key, 0, SEGMENT_HEADER_SIZE)
+    return segment_end(size, head, store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
 
 
 def list_segments(store: ObjectStore, namespace: str, topic: str, partition: int
