@@ -8,6 +8,7 @@ import sys
 import trio
 
 from .config import ConfigError, load_config
+from .heap import return_large_buffers
 from .logsetup import setup_logging
 from .server import StartupError, serve
 
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafscale-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level, config.log_format)
+    return_large_buffers()
     try:
         trio.run(_run, config)
     except (StartupError, BaseExceptionGroup) as exc:

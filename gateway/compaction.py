@@ -75,7 +75,7 @@ async def compact(partition_log: PartitionLog) -> int:
         builder: SegmentBuilder | None = None
         limit = partition_log.settings.segment_bytes
         for piece in chosen:
-            loaded = await partition_log.load_piece(piece)
+            loaded = await partition_log.load_piece(piece, keep=False)  # copied, then dropped
             for batch in loaded.batches:
                 if batch.last_offset < start:
                     continue

@@ -224,7 +224,12 @@ class PartitionLog:
     def entry_pieces(self) -> list[Piece]:
         return [piece for piece in self.pieces if piece.kind == ENTRY]
 
-    async def load_piece(self, piece: Piece) -> Segment | EntryBatches:
+    async def load_piece(self, piece: Piece, *, keep: bool = True) -> Segment | EntryBatches:
+        """A piece's batches, through the cache; ``keep=False`` (compaction) does not put what
+        it reads there, so a rewrite does not evict what consumers read."""
+        if not keep:
+            cached = self.cache.get(piece.cache_key)
+            return cached if cached is not None else await self._fetch_piece(piece)
         return await self.cache.load(piece.cache_key, piece.size, lambda: self._fetch_piece(piece))
 
     async def _fetch_piece(self, piece: Piece) -> Segment | EntryBatches:

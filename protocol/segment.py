@@ -108,51 +108,52 @@ def parse_segment_footer(data: bytes | memoryview) -> SegmentFooter:
 
 
 class SegmentBuilder:
-    """Accumulates already-stamped batches and seals them into one segment object."""
+    """Accumulates already-stamped batches and seals them into one segment object.
+
+    Batches are copied into one buffer as they come, so a caller can drop what it
+    appended from (compaction reads one entry at a time): building a segment holds
+    the segment once, not its parts and then the joined object.
+    """
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset
         self.next_offset = base_offset
         self.record_count = 0
-        self._parts: list[bytes | bytearray | memoryview] = []
-        self._size = 0
+        self._buffer = bytearray(SEGMENT_HEADER_SIZE)  # the header is written at seal
         self.batches: list[BatchHeader] = []  # positions are absolute in the object
 
     @property
     def body_size(self) -> int:
-        return self._size
+        return len(self._buffer) - SEGMENT_HEADER_SIZE
 
     @property
     def object_size(self) -> int:
-        return SEGMENT_HEADER_SIZE + self._size + SEGMENT_FOOTER_SIZE
+        return len(self._buffer) + SEGMENT_FOOTER_SIZE
 
     def append(self, record_set: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """Append a stamped record set whose batches are ``headers`` (positions relative
         to the record set). Offsets must continue exactly from the last append."""
-        position = SEGMENT_HEADER_SIZE + self._size
+        position = len(self._buffer)
+        next_offset = self.next_offset
         for header in headers:
-            if header.base_offset != self.next_offset:
-                raise ValueError(
-                    f"batch base offset {header.base_offset} does not continue at {self.next_offset}"
-                )
-            self.next_offset = header.last_offset + 1
+            if header.base_offset != next_offset:
+                raise ValueError(f"batch base offset {header.base_offset} does not continue at {next_offset}")
+            next_offset = header.last_offset + 1
+        for header in headers:
             self.record_count += header.records_count
             self.batches.append(_moved(header, position + header.position))
-        self._parts.append(record_set)
-        self._size += len(record_set)
+        self.next_offset = next_offset
+        self._buffer += record_set
 
-    def seal(self, created_ms: int) -> bytes:
+    def seal(self, created_ms: int) -> bytearray:
+        """The whole object (the builder's own buffer: append nothing after)."""
         if not self.batches:
             raise ValueError("an empty segment cannot be sealed")
-        header = SegmentHeader(
-            self.base_offset, self.record_count, created_ms, len(self.batches)
-        ).encode()
+        header = SegmentHeader(self.base_offset, self.record_count, created_ms, len(self.batches)).encode()
+        self._buffer[:SEGMENT_HEADER_SIZE] = header
         # The CRC covers the header too, so no bit of the object goes unchecked.
-        crc = crc32c(header)
-        for part in self._parts:
-            crc = crc32c(part, crc)
-        footer = SegmentFooter(crc, self.next_offset - 1)
-        return b"".join([header, *self._parts, footer.encode()])
+        self._buffer += SegmentFooter(crc32c(self._buffer), self.next_offset - 1).encode()
+        return self._buffer
 
 
 def _moved(header: BatchHeader, position: int) -> BatchHeader:
@@ -163,7 +164,7 @@ def _moved(header: BatchHeader, position: int) -> BatchHeader:
 class Segment:
     header: SegmentHeader
     footer: SegmentFooter
-    data: bytes  # the whole object
+    data: bytes | bytearray  # the whole object
     batches: list[BatchHeader]  # positions absolute in ``data``
 
     @property

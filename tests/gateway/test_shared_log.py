@@ -310,6 +310,25 @@ async def test_compaction_over_a_segment_written_before_takes_it_as_written(stor
     assert _values(await stale.read(0, 1 << 20)) == [b"v%d" % i for i in range(12)]
 
 
+async def test_compaction_reads_entries_without_filling_the_cache(store, nursery):
+    """Compaction copies one entry at a time into the segment it builds: entries it reads
+    from the store are not cached (they would evict what consumers read)."""
+    node = await Node(store).start(nursery)
+    log = await node.open()
+    for i in range(4):
+        _, ticket = log.append(*_record_set(start=i * 3))
+        await ticket.wait()
+    entries = log.entry_pieces()
+    for piece in entries:
+        log.cache.discard(piece.cache_key)
+    cached_before = log.cache.size
+    assert await compact(log) == 12
+    assert all(log.cache.get(piece.cache_key) is None for piece in entries)
+    segment = log.pieces[0]
+    assert log.cache.size == cached_before + segment.size  # the new segment only
+    assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(12)]
+
+
 async def test_idempotent_state_is_rebuilt_from_log_objects_and_segments(store, nursery):
     node = await Node(store).start(nursery)
     log = await node.open()
