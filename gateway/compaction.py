@@ -92,7 +92,8 @@ async def compact(partition_log: PartitionLog) -> int:
             return 0
         settings = partition_log.settings
         key = segment_key(settings.namespace, partition_log.topic, partition_log.partition, builder.base_offset)
-        data = builder.seal(int(time.time() * 1000))
+        # The CRC of up to segment.bytes, off the event loop (crc32c releases the GIL).
+        data = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
         store = partition_log.store
         try:
             await store.put_if_absent(key, data)
@@ -132,9 +133,12 @@ async def compact(partition_log: PartitionLog) -> int:
 class Compactor:
     """Compacts the partitions this gateway serves and deletes what is compacted."""
 
-    def __init__(self, logs: LogManager, check_interval_s: float = 1.0) -> None:
+    def __init__(self, logs: LogManager, check_interval_s: float = 1.0, time_share: float = 1.0) -> None:
         self.logs = logs
         self.check_interval_s = check_interval_s
+        # After a segment that took t seconds, pause t * (1 / share - 1): compaction takes at
+        # most this share of the gateway's time (wall time: its reads and writes count too).
+        self.time_share = time_share
         self.errors = 0
         self._collected_at = float("-inf")
         self.segments_written = 0
@@ -157,6 +161,7 @@ class Compactor:
         now = trio.current_time()
         for partition_log in self.logs.loaded():
             while everything or due(partition_log, now):
+                started = trio.current_time()
                 try:
                     if not await compact(partition_log):
                         break
@@ -166,7 +171,10 @@ class Compactor:
                                 partition_log.topic, partition_log.partition, exc)
                     break
                 self.segments_written += 1
-                await trio.lowlevel.checkpoint()
+                if everything:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.sleep((trio.current_time() - started) * (1 / self.time_share - 1))
         if everything or now - self._collected_at >= COLLECT_INTERVAL_S:
             self._collected_at = now
             await self.collect()

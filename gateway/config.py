@@ -64,6 +64,9 @@ class GatewayConfig:
     compaction_delay_ms: int = _opt(
         60_000, "longest a partition's records stay in shared log objects before compaction into a "
         "segment (sooner once segment_bytes wait)", minimum=0)
+    compaction_time_percent: int = _opt(
+        50, "most of the gateway's time compaction may take: after each segment it pauses so that its "
+        "work is at most this share (1-100)", minimum=1)
     index_interval: int = _opt(1000, "records between sparse index entries", minimum=1)
     producer_scan_bytes: int = _opt(
         8 * 2**20, "newest segment bytes read when a partition loads, to rebuild idempotent-producer state", minimum=0)
@@ -139,6 +142,8 @@ class GatewayConfig:
             choices = item.metadata.get("choices")
             if choices and value not in choices:
                 raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
+        if self.compaction_time_percent > 100:
+            raise ConfigError(f"compaction_time_percent must be <= 100, got {self.compaction_time_percent}")
         if self.segment_bytes < self.max_message_bytes:
             raise ConfigError("segment_bytes must be at least max_message_bytes")
         if self.etcd_endpoints and self.cluster_refresh_ms * 3 > self.lease_ttl_ms:

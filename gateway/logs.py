@@ -56,7 +56,7 @@ class LogManager:
         self.fencer = Fencer(store, config.namespace, self.objects, lambda: self.writer.writer_id, live)
         if self.clustered:
             self.writer.on_new_writer = self._fence_loaded
-        self.compactor = Compactor(self)
+        self.compactor = Compactor(self, time_share=config.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None

@@ -292,6 +292,29 @@ async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_ob
     assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(200)]
 
 
+async def test_compaction_takes_at_most_its_share_of_time(autojump_clock, monkeypatch):
+    """After each segment the compactor pauses so that its work is at most its time share."""
+    from kafscale.gateway import compaction
+
+    written = []
+
+    async def slow_compact(partition_log):
+        await trio.sleep(1)  # one segment's work
+        written.append(trio.current_time())
+        return 10
+
+    monkeypatch.setattr(compaction, "compact", slow_compact)
+    monkeypatch.setattr(compaction, "due", lambda partition_log, now: len(written) < 3)
+    manager = type("M", (), {"loaded": lambda self: [object()]})()
+    compactor = compaction.Compactor(manager, time_share=0.25)
+    compactor._collected_at = float("inf")  # no collection in this test
+    started = trio.current_time()
+    await compactor.pass_once()
+    # 1 s of work, then 3 s of pause, each time.
+    assert [round(t - started, 3) for t in written] == [1.0, 5.0, 9.0]
+    assert round(trio.current_time() - started, 3) == 12.0
+
+
 async def test_compaction_over_a_segment_written_before_takes_it_as_written(store, nursery):
     """A run killed after its segment PUT (or a former owner) wrote the segment already: the
     same batches, so a second compaction of the same entries keeps it and moves on."""
