@@ -1,63 +1,82 @@
-"""Spark reading a topic straight from storage vs the same topic through the gateway."""
+"""Spark reading a topic straight from storage vs the same topic through the gateway; with
+``KAFSCALE_BENCH_BASELINE=<ref>`` also an earlier commit's gateway and connector, same run."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from . import report
+from . import baseline, report
 from .broker_bench import Broker, _free_port, _load
 
 COUNT = 2_000_000
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _objects(data: Path) -> str:
+    files = [p for p in data.rglob("*") if p.is_file()]
+    segments = sum(p.suffix == ".kfs" for p in files)
+    logs = sum(p.suffix == ".kfl" for p in files)
+    return f"{segments} segments" + (f" + {logs} log objects" if logs else "")
+
+
+def _measure(name: str, command: list[str], env: dict[str, str] | None, tmp: Path) -> dict:
+    data = tmp / name / "data"
+    data.mkdir(parents=True)
+    port = _free_port()
+    broker = Broker(name, [*command, "--port", str(port), "--http-port", "-1", "--storage", str(data),
+                           "--log-level", "WARNING"], port, tmp / name, env=env)
+    with broker:
+        produced = _load("produce", broker.bootstrap, "spark-bench", COUNT, 100)
+        consumed = _load("consume", broker.bootstrap, "spark-bench", COUNT, 3)
+    stored = _objects(data)
+    reader_env = {**(env or os.environ)}
+    done = subprocess.run([sys.executable, *(["-S"] if env else []), str(ROOT / "bench" / "spark_read.py"),
+                           str(data), "spark-bench", str(COUNT)], cwd=tmp, env=reader_env,
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError("\n".join(line for line in done.stderr.splitlines() if not line.lstrip().startswith(("at ", "...")))[-6000:])
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"produced": produced, "consumed": consumed, "seconds": read["seconds"], "stored": stored,
+            "connector": read["connector"]}
 
 
 def run() -> None:
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
+    versions = [(f"kafscale {report.commit()}", [sys.executable, "-m", "kafscale.gateway.cli"], None)]
+    earlier = os.environ.get("KAFSCALE_BENCH_BASELINE")
+    if earlier:
+        command, env = baseline.gateway_command(earlier)
+        versions.append((f"kafscale {baseline.short(earlier)} (before)", command, env))
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "data"
-        port = _free_port()
-        broker = Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port),
-                                     "--http-port", "-1", "--storage", str(data), "--log-level", "WARNING"],
-                        port, Path(tmp))
-        with broker:
-            produced = _load("produce", broker.bootstrap, "spark-bench", COUNT, 100)
-            consumed = _load("consume", broker.bootstrap, "spark-bench", COUNT, 3)
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            samples = []
-            for _ in range(2):
-                started = time.perf_counter()
-                df = spark.read.format("kafscale").option("subscribe", "spark-bench").load(str(data))
-                total = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
-                samples.append(time.perf_counter() - started)
-                assert total.n == COUNT, total
-        finally:
-            spark.stop()
-    best = min(samples)
-    rows = [
-        ["Spark local[2], format kafscale (from storage)", f"{COUNT / best:,.0f} records/s",
-         f"{COUNT * 100 / best / 1e6:.1f} MB/s of values", f"best of {len(samples)}: {best:.1f} s"],
-        ["confluent-kafka through the gateway", f"{consumed['messages'] / consumed['seconds']:,.0f} records/s",
-         f"{consumed['messages'] * 100 / consumed['seconds'] / 1e6:.1f} MB/s of values", f"{consumed['seconds']:.1f} s"],
-    ]
+        for name, command, env in versions:
+            measured = _measure(name.split()[1], command, env, Path(tmp))
+            print(f"== {name}: {measured}")
+            best = min(measured["seconds"])
+            consumed = measured["consumed"]
+            rows.append([f"{name}: Spark local[2], format kafscale (from storage: {measured['stored']})",
+                         f"{COUNT / best:,.0f} records/s", f"{COUNT * 100 / best / 1e6:.1f} MB/s of values",
+                         f"best of {len(measured['seconds'])}: {best:.1f} s"])
+            rows.append([f"{name}: confluent-kafka through the gateway",
+                         f"{consumed['messages'] / consumed['seconds']:,.0f} records/s",
+                         f"{consumed['messages'] * 100 / consumed['seconds'] / 1e6:.1f} MB/s of values",
+                         f"{consumed['seconds']:.1f} s"])
     for row in rows:
         print(" | ".join(row))
     report.save(
         "40-spark",
         "Spark: reading a topic from storage vs through the gateway",
-        "python -m bench spark",
-        f"{COUNT:,} records of 100 B in 3 partitions, produced by confluent-kafka "
-        f"({produced['messages'] / produced['seconds']:,.0f} msgs/s). Spark time includes planning "
-        "and a full decode of every record into Arrow (count and sum of value lengths); session start "
-        "excluded. Target: >= 1M records/s.",
+        "KAFSCALE_BENCH_BASELINE=<ref> python -m bench spark",
+        f"{COUNT:,} records of 100 B in 3 partitions, produced by confluent-kafka at full speed, then read "
+        "at once (so since the shared log objects part of the topic is still in log objects, read as ranged "
+        "entries, and part compacted). Each version's gateway writes and its own connector reads (an earlier "
+        "commit's connector is run from a git worktree). Spark time includes planning and a full decode of "
+        "every record into Arrow (count and sum of value lengths); session start excluded. Target: >= 1M "
+        "records/s.",
         ["reader", "records/s", "throughput", "time"],
         rows,
     )
