@@ -58,17 +58,17 @@ class VersionRange:
         return isinstance(version, int) and self.min_version <= version <= self.max_version
 
 
-# What we decode and answer. Lower bounds follow what kio generates (Produce
-# from v3, Fetch from v4: every client of the last seven years); upper bounds are
-# what Apache Kafka 3.9 serves, so clients that infer the broker's version from
-# ApiVersions (kafka-python) see 3.9.
+# What we decode and answer: every version Apache Kafka 3.9 serves (so clients that infer
+# the broker's version from ApiVersions, kafka-python, see 3.9), the old ones kio no longer
+# generates through legacy.py; except Produce v0-2 and Fetch v0-3, which carry the pre-v2
+# message formats (docs/compatibility.md says why they are refused).
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.PRODUCE: VersionRange(3, 11),
     ApiKey.FETCH: VersionRange(4, 17),
-    ApiKey.LIST_OFFSETS: VersionRange(1, 9),
+    ApiKey.LIST_OFFSETS: VersionRange(0, 9),
     ApiKey.METADATA: VersionRange(0, 12),
-    ApiKey.OFFSET_COMMIT: VersionRange(2, 9),
-    ApiKey.OFFSET_FETCH: VersionRange(1, 9),
+    ApiKey.OFFSET_COMMIT: VersionRange(0, 9),
+    ApiKey.OFFSET_FETCH: VersionRange(0, 9),
     ApiKey.FIND_COORDINATOR: VersionRange(0, 6),
     ApiKey.JOIN_GROUP: VersionRange(0, 9),
     ApiKey.HEARTBEAT: VersionRange(0, 4),
@@ -77,15 +77,15 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
     ApiKey.LIST_GROUPS: VersionRange(0, 5),
     ApiKey.API_VERSIONS: VersionRange(0, 4),
-    ApiKey.CREATE_TOPICS: VersionRange(2, 7),
-    ApiKey.DELETE_TOPICS: VersionRange(1, 6),
+    ApiKey.CREATE_TOPICS: VersionRange(0, 7),
+    ApiKey.DELETE_TOPICS: VersionRange(0, 6),
     ApiKey.DELETE_RECORDS: VersionRange(0, 2),
     ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),
-    ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(0, 4),
+    ApiKey.DESCRIBE_CONFIGS: VersionRange(0, 4),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
-    ApiKey.ALTER_REPLICA_LOG_DIRS: VersionRange(1, 2),  # v0 is gone from kio (KIP-896)
-    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: VersionRange(0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(0, 4),
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
     ApiKey.DELETE_GROUPS: VersionRange(0, 2),
     ApiKey.ELECT_LEADERS: VersionRange(0, 2),

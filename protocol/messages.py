@@ -18,8 +18,10 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from .api_versions import ApiKey, version_range
+from .entities import build
 from .errors import MalformedFrame, UnsupportedVersion
 from .guard import check_lengths
+from .legacy import legacy, target_version
 
 __all__ = [
     "RequestHeader",
@@ -53,12 +55,13 @@ class Request:
 
 @cache
 def request_class(api_key: int, api_version: int) -> Any:
-    return load_request_schema(api_key, api_version)
+    """kio's request class for a version (for a legacy version, its target's: see legacy.py)."""
+    return load_request_schema(api_key, target_version(api_key, api_version))
 
 
 @cache
 def response_class(api_key: int, api_version: int) -> Any:
-    return load_response_schema(api_key, api_version)
+    return load_response_schema(api_key, target_version(api_key, api_version))
 
 
 @cache
@@ -136,9 +139,16 @@ def decode_request(frame: bytes, *, strict: bool = False) -> Request:
     if body_type.__flexible__:
         pos = _skip_tagged_fields(frame, pos)
     header = RequestHeader(prefix.api_key, prefix.api_version, prefix.correlation_id, client_id)
-    check_lengths(body_type, frame, pos)  # before kio: see guard.py
+    old = legacy(prefix.api_key, prefix.api_version)
     try:
-        body, size = _reader(body_type)(frame, pos)
+        if old is not None and old.decode is not None:
+            values, end = old.decode_body(frame, pos)
+            body, size = build(body_type, values), end - pos
+        else:
+            check_lengths(body_type, frame, pos)  # before kio: see guard.py
+            body, size = _reader(body_type)(frame, pos)
+    except MalformedFrame:
+        raise
     except Exception as exc:  # untrusted bytes: any decoder failure means malformed
         raise MalformedFrame(
             f"cannot decode {ApiKey(prefix.api_key).name} v{prefix.api_version}: {exc}"
@@ -166,7 +176,11 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     out.write(struct.pack(">i", header.correlation_id))
     if _response_header_is_flexible(header.api_key, header.api_version, body_type):
         out.write(b"\x00")  # no tagged fields
-    _writer(body_type)(out, body)
+    old = legacy(header.api_key, header.api_version)
+    if old is not None and old.encode is not None:
+        out.write(old.encode(body))
+    else:
+        _writer(body_type)(out, body)
     return out.getvalue()
 
 

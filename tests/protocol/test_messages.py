@@ -8,6 +8,7 @@ from kio.static.primitive import Records
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, version_range
 from kafscale.protocol.errors import KafkaError, MalformedFrame, ProtocolError, UnsupportedVersion
+from kafscale.protocol.legacy import LEGACY_VERSIONS
 from kafscale.protocol.messages import (
     RequestHeader,
     decode_request,
@@ -22,9 +23,13 @@ from kafscale.protocol.messages import (
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 SERVED = [(key, version) for key, r in SERVED_VERSIONS.items() for version in range(r.min_version, r.max_version + 1)]
+# Legacy versions with their own layout are round-tripped in test_legacy_versions.py; those
+# whose layout is their target's go through the kio round trip here.
+KIO_LAYOUT = [(key, version) for key, version in SERVED
+              if (found := LEGACY_VERSIONS.get((key, version))) is None or (found.decode is None and found.encode is None)]
 
 
-@pytest.mark.parametrize(("api_key", "version"), SERVED, ids=lambda x: str(x))
+@pytest.mark.parametrize(("api_key", "version"), KIO_LAYOUT, ids=lambda x: str(x))
 @settings(max_examples=15, suppress_health_check=list(HealthCheck), deadline=None)
 @given(data=st.data(), correlation_id=st.integers(-(2**31), 2**31 - 1), client_id=st.none() | st.text(max_size=20))
 def test_every_served_request_and_response_round_trips(api_key, version, data, correlation_id, client_id):
@@ -90,7 +95,7 @@ def test_garbage_raises_only_typed_errors(garbage):
 
 @given(data=st.data())
 def test_mutated_real_requests_raise_only_typed_errors(data):
-    api_key, version = data.draw(st.sampled_from(SERVED))
+    api_key, version = data.draw(st.sampled_from(KIO_LAYOUT))
     body = data.draw(st.from_type(request_class(api_key, version)))
     try:
         frame = bytearray(encode_request(RequestHeader(int(api_key), version, 1, "c"), body))
