@@ -34,9 +34,9 @@ def _measure(name: str, command: list[str], env: dict[str, str] | None, tmp: Pat
         produced = _load("produce", broker.bootstrap, "spark-bench", COUNT, 100)
         consumed = _load("consume", broker.bootstrap, "spark-bench", COUNT, 3)
     stored = _objects(data)
-    reader_env = {**(env or os.environ)}
+    # An earlier commit's connector: its environment (PYTHONPATH) and -S, as its gateway.
     done = subprocess.run([sys.executable, *(["-S"] if env else []), str(ROOT / "bench" / "spark_read.py"),
-                           str(data), "spark-bench", str(COUNT)], cwd=tmp, env=reader_env,
+                           str(data), "spark-bench", str(COUNT)], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError("\n".join(line for line in done.stderr.splitlines() if not line.lstrip().startswith(("at ", "...")))[-6000:])

@@ -209,14 +209,14 @@ class LogWriter:
         for (partition_log, pending), entry in zip(items, directory.entries, strict=True):
             # Cached from the appended record sets, not as slices of the object: a slice would
             # keep the whole object alive while the cache counts only the entry.
-            record_sets = [record_set for record_set, _ in pending.record_sets]
+            parts = []
             batches = []
             position = 0
             for record_set, stamped in pending.record_sets:
                 batches.extend(replace(header, position=position + header.position) for header in stamped)
+                parts.append(record_set)
                 position += len(record_set)
-            entry_bytes = record_sets[0] if len(record_sets) == 1 else b"".join(record_sets)
-            partition_log.written(entry, EntryBatches(entry_bytes, batches))
+            partition_log.written(entry, EntryBatches(parts[0] if len(parts) == 1 else b"".join(parts), batches))
             pending.ticket.finish()
         log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), len(data))
 

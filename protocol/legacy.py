@@ -105,6 +105,14 @@ class _Writer:
         for item in items:
             write(item)
 
+    def topics(self, topics, name: str, partition: Callable[[Any], None]) -> None:
+        """The common shape: topics, each its name (attribute ``name``) and its partitions."""
+        def topic(t: Any) -> None:
+            self.string(getattr(t, name))
+            self.array(t.partitions, partition)
+
+        self.array(topics, topic)
+
     def getvalue(self) -> bytes:
         return b"".join(self.parts)
 
@@ -154,11 +162,7 @@ def _list_offsets_v0_answer(body: Any) -> bytes:
         offsets = [p.offset] if p.error_code == 0 and p.offset >= 0 else []
         w.array(offsets, w.int64)
 
-    def topic(t: Any) -> None:
-        w.string(t.name)
-        w.array(t.partitions, partition)
-
-    w.array(body.topics, topic)
+    w.topics(body.topics, "name", partition)
     return w.getvalue()
 
 
@@ -177,31 +181,17 @@ def _create_topics_v0(r: _Reader) -> dict:
     return dict(topics=topics, timeout=r.int32(), validate_only=False)
 
 
-def _create_topics_answer(version: int) -> Callable[[Any], bytes]:
-    def encode(body: Any) -> bytes:
-        w = _Writer()
-
-        def topic(t: Any) -> None:
-            w.string(t.name)
-            w.int16(t.error_code)
-            if version >= 1:
-                w.string(t.error_message)
-
-        w.array(body.topics, topic)
-        return w.getvalue()
-
-    return encode
-
-
-# -- DeleteTopics v0: v1's request; the answer has no throttle time.
-
-def _delete_topics_v0_answer(body: Any) -> bytes:
+def _names_and_errors(topics, *, with_message: bool) -> bytes:
+    """CreateTopics v0–1 and DeleteTopics v0 answers: per topic its name, error (and message)."""
     w = _Writer()
+
     def topic(t: Any) -> None:
         w.string(t.name)
         w.int16(t.error_code)
+        if with_message:
+            w.string(t.error_message)
 
-    w.array(body.responses, topic)
+    w.array(topics, topic)
     return w.getvalue()
 
 
@@ -258,11 +248,7 @@ def _offset_for_leader_epoch_answer(version: int) -> Callable[[Any], bytes]:
                 w.int32(p.leader_epoch)
             w.int64(p.end_offset)
 
-        def topic(t: Any) -> None:
-            w.string(t.topic)
-            w.array(t.partitions, partition)
-
-        w.array(body.topics, topic)
+        w.topics(body.topics, "topic", partition)
         return w.getvalue()
 
     return encode
@@ -286,9 +272,10 @@ LEGACY_VERSIONS: dict[tuple[int, int], Legacy] = {
     (ApiKey.OFFSET_COMMIT, 1): Legacy(2, _offset_commit(1)),
     (ApiKey.OFFSET_FETCH, 0): Legacy(1),  # v0 read ZooKeeper offsets; the layout is v1's
     (ApiKey.LIST_OFFSETS, 0): Legacy(1, _list_offsets_v0, _list_offsets_v0_answer),
-    (ApiKey.CREATE_TOPICS, 0): Legacy(2, _create_topics_v0, _create_topics_answer(0)),
-    (ApiKey.CREATE_TOPICS, 1): Legacy(2, None, _create_topics_answer(1)),
-    (ApiKey.DELETE_TOPICS, 0): Legacy(1, None, _delete_topics_v0_answer),
+    (ApiKey.CREATE_TOPICS, 0): Legacy(2, _create_topics_v0, lambda b: _names_and_errors(b.topics, with_message=False)),
+    (ApiKey.CREATE_TOPICS, 1): Legacy(2, None, lambda b: _names_and_errors(b.topics, with_message=True)),
+    # DeleteTopics v0: v1's request; the answer has no throttle time.
+    (ApiKey.DELETE_TOPICS, 0): Legacy(1, None, lambda b: _names_and_errors(b.responses, with_message=False)),
     (ApiKey.DESCRIBE_CONFIGS, 0): Legacy(1, _describe_configs_v0, _describe_configs_v0_answer),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0): Legacy(2, _offset_for_leader_epoch, _offset_for_leader_epoch_answer(0)),
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, 1): Legacy(2, _offset_for_leader_epoch, _offset_for_leader_epoch_answer(1)),
