@@ -27,12 +27,13 @@ from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import index_key, partition_prefix, segment_key, writer_node
 from kafscale.protocol.log_object import LogEntry
-from kafscale.protocol.log_view import ENTRY, SEGMENT, Piece
+from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, partition_view
 from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_footer, parse_segment_header
 from kafscale.storage_backends import ObjectExists, StorageError
 
+from .merging import delete_redundant, merge
 from .partition_log import PartitionLog
-from .recovery import list_segments, segment_end
+from .recovery import list_segments, segment_last
 
 if TYPE_CHECKING:
     from .logs import LogManager
@@ -100,24 +101,24 @@ async def compact(partition_log: PartitionLog) -> int:
         except ObjectExists:
             # Written before (a run killed after its PUT, or a former owner): the same batches.
             info = await store.head(key)
-            end = await segment_end(store, key, info.size) if info else None
-            if info is None or end is None:
+            found = await segment_last(store, key, builder.base_offset, info.size) if info else None
+            if info is None or found is None:
                 log.error("segment %s exists but is unreadable; compaction of %s-%d stops here",
                           key, partition_log.topic, partition_log.partition)
                 return 0
-            last, size = end - 1, info.size
+            segment = Piece(SEGMENT, key, builder.base_offset, found, info.size)
         else:
-            last, size = builder.next_offset - 1, len(data)
-            index = build_index(builder.batches, settings.index_interval)
-            partition_log.segment_max_timestamps[key] = index.max_timestamp
-            partition_log.cache.put(key, Segment(parse_segment_header(data), parse_segment_footer(data),
-                                                 data, builder.batches), len(data))
+            segment = Piece(SEGMENT, key, builder.base_offset, builder.next_offset - 1, len(data))
+            index = build_index(builder.batches, settings.index_interval, len(data))
+            partition_log.segment_max_timestamps[segment.cache_key] = index.max_timestamp
+            partition_log.cache.put(segment.cache_key, Segment(parse_segment_header(data), parse_segment_footer(data),
+                                                               data, builder.batches), len(data))
             try:  # derived data, rebuilt from the segment if lost: not on the durable path
                 await store.put(index_key(settings.namespace, partition_log.topic, partition_log.partition,
                                           builder.base_offset), index.encode(), durable=False)
             except StorageError as exc:
                 log.warning("writing the index of %s failed (rebuilt on demand): %s", key, exc)
-        segment = Piece(SEGMENT, key, builder.base_offset, last, size)
+        last = segment.last_offset
         current = partition_log.pieces
         segments = [p for p in current if p.kind == SEGMENT and p.base_offset < segment.base_offset]
         rest = [p for p in current if p.kind == ENTRY and p.last_offset > last]
@@ -142,6 +143,7 @@ class Compactor:
         self.errors = 0
         self._collected_at = float("-inf")
         self.segments_written = 0
+        self.segments_merged = 0
         self.objects_deleted = 0
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -161,23 +163,34 @@ class Compactor:
         now = trio.current_time()
         for partition_log in self.logs.loaded():
             while everything or due(partition_log, now):
-                started = trio.current_time()
-                try:
-                    if not await compact(partition_log):
-                        break
-                except (KafkaError, StorageError) as exc:
-                    self.errors += 1
-                    log.warning("compacting %s-%d failed (retried): %s",
-                                partition_log.topic, partition_log.partition, exc)
+                if not await self._step(compact, partition_log, everything):
                     break
                 self.segments_written += 1
-                if everything:
-                    await trio.lowlevel.checkpoint()
-                else:
-                    await trio.sleep((trio.current_time() - started) * (1 / self.time_share - 1))
+            if partition_log.redundant:
+                await self._step(delete_redundant, partition_log, everything)
+            while merged := await self._step(merge, partition_log, everything):
+                self.segments_merged += merged
         if everything or now - self._collected_at >= COLLECT_INTERVAL_S:
             self._collected_at = now
             await self.collect()
+
+    async def _step(self, job, partition_log: PartitionLog, everything: bool) -> int:
+        """One bounded piece of work on a partition, then a pause that keeps the compactor
+        within its share of time; 0 when there was nothing to do or it failed."""
+        started = trio.current_time()
+        try:
+            done = await job(partition_log)
+        except (KafkaError, StorageError) as exc:
+            self.errors += 1
+            log.warning("%s of %s-%d failed (retried): %s", job.__name__, partition_log.topic,
+                        partition_log.partition, exc)
+            return 0
+        if done:
+            if everything:
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.sleep((trio.current_time() - started) * (1 / self.time_share - 1))
+        return done
 
     async def collect(self) -> None:
         """Delete this node's log objects whose every entry is settled; load the partitions
@@ -189,7 +202,7 @@ class Compactor:
         live = {broker.node_id for broker in ownership.brokers()}
         # Writers of gateways that are gone are collected by the controller.
         orphans_too = ownership.controller_id() == node
-        ends: dict[tuple[str, int], int] = {}
+        held: dict[tuple[str, int], tuple[PartitionView, int]] = {}
         now_ms = int(time.time() * 1000)
         for writer, directories in objects.writers().items():
             if writer == own:
@@ -210,7 +223,7 @@ class Compactor:
                 if directory.entries and not directory.is_seal:
                     settled = True
                     for entry in directory.entries:
-                        if not await self._settled(entry, ends):
+                        if not await self._settled(entry, held):
                             settled = False
                             break
                     if not settled:
@@ -219,7 +232,7 @@ class Compactor:
                 objects.forget(directory.key)
                 self.objects_deleted += 1
 
-    async def _settled(self, entry: LogEntry, ends: dict[tuple[str, int], int]) -> bool:
+    async def _settled(self, entry: LogEntry, held: dict[tuple[str, int], tuple[PartitionView, int]]) -> bool:
         info = self.logs.topics().get(entry.topic)
         if info is None or entry.partition >= info.partitions or info.topic_id.bytes != entry.topic_id:
             return True  # the topic (this incarnation of it) is gone
@@ -232,8 +245,9 @@ class Compactor:
                 return False
         if partition_log is not None:
             return entry.last_offset < max(partition_log.compacted_end, partition_log.log_start_offset)
-        if unit not in ends:  # another gateway's partition: what its segments hold
+        if unit not in held:  # another gateway's partition: what its segments hold
             prefix = partition_prefix(self.logs.config.namespace, *unit)
-            _, end = await list_segments(self.logs.store, prefix)
-            ends[unit] = max(end or 0, info.log_start.get(entry.partition, 0))
-        return entry.last_offset < ends[unit]
+            held[unit] = (partition_view(await list_segments(self.logs.store, prefix), ()),
+                          info.log_start.get(entry.partition, 0))
+        view, log_start = held[unit]
+        return entry.last_offset < log_start or view.holds(entry.base_offset, entry.last_offset)

@@ -57,6 +57,8 @@ class Metrics:
             ("kafscale_log_object_bytes_written", "Bytes of shared log objects written (total)",
              lambda: writer.bytes_written),
             ("kafscale_segments_compacted", "Segments written by compaction (total)", lambda: compactor.segments_written),
+            ("kafscale_segments_merged", "Small segments merged into larger ones (total)",
+             lambda: compactor.segments_merged),
             ("kafscale_log_objects_deleted", "Log objects deleted once compacted (total)",
              lambda: compactor.objects_deleted),
             ("kafscale_compaction_errors", "Failed compactions and passes (total)", lambda: compactor.errors),

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
-from kafscale.protocol.layout import index_key, partition_prefix
+from kafscale.protocol.layout import index_key, parse_segment_key, partition_prefix
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
-from kafscale.protocol.log_view import ENTRY, PartitionView, Piece, pieces_from
+from kafscale.protocol.log_view import ENTRY, PartitionView, Piece, StoredSegment, pieces_from
 from kafscale.protocol.records import BatchHeader, restamp
-from kafscale.protocol.segment import Segment, read_segment
+from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, Segment, read_segment, segment_last
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from .cache import ByteLRU
@@ -125,6 +125,8 @@ class PartitionLog:
         self.fenced = False
         self.producers = ProducerStates()
         self.segment_max_timestamps: dict[str, int] = {}
+        # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
+        self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
 
     def reconfigure(self, settings: LogSettings) -> None:
@@ -137,6 +139,7 @@ class PartitionLog:
         self.log_start_offset = view.log_start
         self.high_watermark = self._next_offset = view.high_watermark
         self.compacted_end = view.compacted_end
+        self.redundant = list(view.redundant)
         self.uncompacted_since = trio.current_time() if any(p.kind == ENTRY for p in self.pieces) else None
         self.producers = producers
 
@@ -235,7 +238,13 @@ class PartitionLog:
     async def _fetch_piece(self, piece: Piece) -> Segment | EntryBatches:
         try:
             if piece.entry is None:
-                return read_segment(await self.store.get(piece.key))
+                try:
+                    return read_segment(await self.store.get(piece.key))
+                except ObjectNotFound:
+                    if piece.last_offset < self.log_start_offset:
+                        raise
+                    # Merged into an earlier segment by a gateway that held the partition before.
+                    return read_segment(await self.store.get(await self._segment_holding(piece)))
             entry = piece.entry
             return read_entry(entry, await self.store.get_range(piece.key, entry.position, entry.position + entry.length))
         except ObjectNotFound:
@@ -245,6 +254,20 @@ class PartitionLog:
         except SegmentFormatError as exc:
             log.error("%s is corrupt: %s", piece.key, exc)
             raise KafkaError(ErrorCode.kafka_storage_error, f"{piece.key} is corrupt: {exc}") from exc
+
+    async def _segment_holding(self, piece: Piece) -> str:
+        """The key of the segment that now holds a deleted segment's offsets."""
+        listed = sorted((base, info.key, info.size) for info in await self.store.list(self.prefix)
+                        if (base := parse_segment_key(info.key)) is not None and base <= piece.base_offset)
+        for base, key, size in reversed(listed):
+            try:
+                tail = await self.store.get_range(key, size - SEGMENT_FOOTER_SIZE, size)
+            except ObjectNotFound:
+                continue
+            last = segment_last(base, size, tail)
+            if last is not None and last >= piece.last_offset:
+                return key
+        raise ObjectNotFound(piece.key)
 
     # -- fetch -----------------------------------------------------------------------------
 

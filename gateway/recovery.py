@@ -10,59 +10,96 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.layout import parse_segment_key
-from kafscale.protocol.log_view import partition_view
+from kafscale.protocol.log_view import StoredSegment, partition_view
 from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE
-from kafscale.protocol.segment import segment_end as end_of_segment
+from kafscale.protocol.segment import segment_last as last_from_footer
+from kafscale.storage_backends import ObjectNotFound
 
 from .log_objects import LogObjects
 from .partition_log import FlushTicket, PartitionLog
 from .producers import ProducerStates
 from .storage import AsyncStore
 
-__all__ = ["recover", "segment_end", "list_segments"]
+__all__ = ["recover", "segment_last", "list_segments"]
 
 log = logging.getLogger("kafscale.recovery")
 
+_LISTINGS = 3
 
-async def segment_end(store: AsyncStore, key: str, size: int) -> int | None:
-    """One past the last offset of a segment, from its header and footer (``None`` if torn)."""
+
+# A segment key at one size always holds the same batches (a rewrite adds batches, so it
+# changes the size): last offsets read from footers are remembered by (key, size).
+_LAST_OFFSETS: dict[tuple[str, int], int] = {}
+_LAST_OFFSETS_KEPT = 100_000
+
+
+async def segment_last(store: AsyncStore, key: str, base_offset: int, size: int) -> int | None:
+    """A segment's last offset, from its footer (``None`` if torn; ObjectNotFound if gone)."""
+    known = _LAST_OFFSETS.get((key, size))
+    if known is not None:
+        return known
     if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         return None
-    head = await store.get_range(key, 0, SEGMENT_HEADER_SIZE)
-    return end_of_segment(size, head, await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
+    last = last_from_footer(base_offset, size, await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
+    if last is not None:
+        if len(_LAST_OFFSETS) >= _LAST_OFFSETS_KEPT:
+            _LAST_OFFSETS.clear()
+        _LAST_OFFSETS[(key, size)] = last
+    return last
 
 
-async def list_segments(store: AsyncStore, prefix: str, *, repair: bool = False
-                        ) -> tuple[list[tuple[int, str, int]], int | None]:
-    """A partition's segments ``(base, key, size)`` and the end of the last one. A torn last
-    segment was never acknowledged (acks wait for the whole write); with ``repair`` it is
-    moved aside so the offset can be written again, otherwise just skipped."""
-    found = sorted(
-        (base, info.key, info.size)
-        for info in await store.list(prefix)
-        if (base := parse_segment_key(info.key)) is not None
-    )
-    while found:
-        base, key, size = found[-1]
-        end = await segment_end(store, key, size)
-        if end is not None:
-            return found, end
-        found.pop()
-        if repair:
+async def list_segments(store: AsyncStore, prefix: str, *, repair: bool = False) -> list[StoredSegment]:
+    """A partition's segments, each with its last offset (footers read concurrently). A torn
+    segment was never acknowledged (acks wait for the whole write); with ``repair`` a torn
+    last one is moved aside so the offset can be written again, otherwise it is skipped. A
+    segment deleted since the listing was merged into another (or is below the log start)."""
+    listed = sorted((base, info.key, info.size) for info in await store.list(prefix)
+                    if (base := parse_segment_key(info.key)) is not None)
+    lasts: dict[str, int | None] = {}
+
+    async def read_footer(base: int, key: str, size: int) -> None:
+        try:
+            lasts[key] = await segment_last(store, key, base, size)
+        except ObjectNotFound:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        for base, key, size in listed:
+            nursery.start_soon(read_footer, base, key, size)
+    found = []
+    for position, (base, key, size) in enumerate(listed):
+        if key not in lasts:
+            continue
+        last = lasts[key]
+        if last is not None:
+            found.append(StoredSegment(base, key, size, last))
+        elif position < len(listed) - 1:
+            log.error("segment %s is torn or corrupt and not the last one; skipped", key)
+        elif repair:
             log.error("segment %s is torn or corrupt; moving it aside as %s.torn", key, key)
             data = await store.get(key)
             await store.put(key + ".torn", data)
             await store.delete(key)
-    return [], None
+    return found
 
 
 async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_log_start: int = 0) -> None:
     """Rebuild the partition's pieces, log start, high watermark and producer state."""
-    segments, end = await list_segments(partition_log.store, partition_log.prefix, repair=True)
     entries = objects.entries_for(partition_log.topic, partition_log.partition, partition_log.topic_id)
-    view = partition_view(segments, end, entries, persisted_log_start)
+    for _attempt in range(_LISTINGS):
+        segments = await list_segments(partition_log.store, partition_log.prefix, repair=True)
+        view = partition_view(segments, entries, persisted_log_start)
+        if not view.holes:
+            break
+        # A former owner's merge raced the listing (a segment deleted before its footer was
+        # read, while the segment holding it was read before the rewrite): list again.
+        log.warning("%s: offsets %s are in no listed piece; listing again", partition_log.prefix, view.holes)
+    else:
+        log.error("%s: offsets %s are in no piece (lost?)", partition_log.prefix, view.holes)
     partition_log.apply_view(view, ProducerStates())
     partition_log.producers = await _producer_states(partition_log)
 

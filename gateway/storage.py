@@ -11,7 +11,7 @@ from functools import partial
 
 import trio
 
-from kafscale.storage_backends import ObjectExists, ObjectInfo, ObjectStore, StorageError
+from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectInfo, ObjectStore, StorageError
 
 __all__ = ["AsyncStore"]
 
@@ -38,10 +38,16 @@ class AsyncStore:
     async def put_if_absent(self, key: str, data: bytes) -> None:
         await self._write(self.sync.put_if_absent, key, data)
 
+    async def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        await self._write(self.sync.put_if_unchanged, key, data, version)
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str]:
+        return await self._run(self.sync.get_versioned, key)
+
     async def _write(self, function, *args, **kwargs) -> None:
         try:
             await self._run(function, *args, **kwargs)
-        except ObjectExists:
+        except (ObjectExists, ObjectChanged):
             self.write_failure = None  # the store answered: a lost race, not a failure
             raise
         except StorageError as exc:

@@ -20,16 +20,18 @@ async def max_timestamp(partition_log: PartitionLog, piece: Piece) -> int:
     segment itself, if the index is missing) for segments; remembered per segment."""
     if piece.max_timestamp is not None:
         return piece.max_timestamp
-    known = partition_log.segment_max_timestamps.get(piece.key)
+    known = partition_log.segment_max_timestamps.get(piece.cache_key)
     if known is None:
         settings = partition_log.settings
         try:
             index = SegmentIndex.decode(await partition_log.store.get(
                 index_key(settings.namespace, partition_log.topic, partition_log.partition, piece.base_offset)))
+            if not index.describes(piece.size):
+                raise SegmentFormatError(f"the index of {piece.key} is not the one of its {piece.size} bytes")
             known = index.max_timestamp
         except (StorageError, SegmentFormatError):
             known = build_index((await partition_log.load_piece(piece)).batches).max_timestamp
-        partition_log.segment_max_timestamps[piece.key] = known
+        partition_log.segment_max_timestamps[piece.cache_key] = known
     return known
 
 

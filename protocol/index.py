@@ -4,7 +4,8 @@
 
     header (16 bytes, big-endian)
       0  magic          4  0x00494458 (the spec's "IDX" as a 4-byte integer: b"\\x00IDX")
-      4  version        2  1 = 12-byte entries, 2 = 20-byte entries (with max timestamp)
+      4  version        2  1 = 12-byte entries, 2 = 20-byte entries (with max timestamp),
+                           3 = as 2, then the size (u64) of the segment it describes
       6  entry_count    4
       10 interval       4  records between entries (at least)
       14 reserved       2  0
@@ -12,6 +13,10 @@
       offset        8  base offset of a batch
       position      4  byte position of that batch in the segment object
       max_timestamp 8  (v2) greatest timestamp from this entry up to the next one
+
+Version 3 names its segment's size because a segment key can be rewritten with more
+batches (merging small segments): an index for another size is not this segment's,
+and readers ignore it (:meth:`SegmentIndex.describes`).
 
 The index is derived data: if it is missing or corrupt it can be rebuilt from
 its segment, so a reader rejects it (:class:`SegmentFormatError`) rather than
@@ -34,6 +39,7 @@ INDEX_HEADER_SIZE = 16
 _HEADER = struct.Struct(">IHIIH")
 _ENTRY_V1 = struct.Struct(">qI")
 _ENTRY_V2 = struct.Struct(">qIq")
+_SEGMENT_SIZE = struct.Struct(">Q")
 NO_TIMESTAMP = -1
 
 
@@ -48,17 +54,24 @@ class IndexEntry:
 class SegmentIndex:
     entries: tuple[IndexEntry, ...]
     interval: int
-    version: int = 2
+    version: int = 3
+    segment_size: int | None = None  # version 3
 
     def encode(self) -> bytes:
-        entry = _ENTRY_V2 if self.version == 2 else _ENTRY_V1
         out = bytearray(_HEADER.pack(INDEX_MAGIC, self.version, len(self.entries), self.interval, 0))
         for item in self.entries:
-            if self.version == 2:
-                out += entry.pack(item.offset, item.position, item.max_timestamp)
+            if self.version >= 2:
+                out += _ENTRY_V2.pack(item.offset, item.position, item.max_timestamp)
             else:
-                out += entry.pack(item.offset, item.position)
+                out += _ENTRY_V1.pack(item.offset, item.position)
+        if self.version == 3:
+            out += _SEGMENT_SIZE.pack(self.segment_size or 0)
         return bytes(out)
+
+    def describes(self, segment_size: int) -> bool:
+        """Whether this index is the one of a segment of ``segment_size`` bytes (versions
+        before 3 do not say: taken as it is)."""
+        return self.segment_size is None or self.segment_size == segment_size
 
     @classmethod
     def decode(cls, data: bytes) -> SegmentIndex:
@@ -67,23 +80,25 @@ class SegmentIndex:
         magic, version, count, interval, _reserved = _HEADER.unpack_from(data, 0)
         if magic != INDEX_MAGIC:
             raise SegmentFormatError(f"bad index magic {magic:#010x}")
-        if version not in (1, 2):
+        if version not in (1, 2, 3):
             raise SegmentFormatError(f"unsupported index version {version}")
-        entry = _ENTRY_V2 if version == 2 else _ENTRY_V1
-        if len(data) != INDEX_HEADER_SIZE + count * entry.size:
+        entry = _ENTRY_V1 if version == 1 else _ENTRY_V2
+        trailer = _SEGMENT_SIZE.size if version == 3 else 0
+        if len(data) != INDEX_HEADER_SIZE + count * entry.size + trailer:
             raise SegmentFormatError(
                 f"index of {len(data)} bytes does not hold the {count} entries its header announces"
             )
         entries = []
         previous = -1
-        for pos in range(INDEX_HEADER_SIZE, len(data), entry.size):
+        for pos in range(INDEX_HEADER_SIZE, len(data) - trailer, entry.size):
             fields = entry.unpack_from(data, pos)
             item = IndexEntry(*fields)
             if item.offset <= previous:
                 raise SegmentFormatError("index entries are not in ascending offset order")
             previous = item.offset
             entries.append(item)
-        return cls(tuple(entries), interval, version)
+        segment_size = _SEGMENT_SIZE.unpack_from(data, len(data) - trailer)[0] if trailer else None
+        return cls(tuple(entries), interval, version, segment_size)
 
     def position_for_offset(self, offset: int) -> int | None:
         """Byte position of the last indexed batch starting at or before ``offset``."""
@@ -103,9 +118,10 @@ class SegmentIndex:
         return max((entry.max_timestamp for entry in self.entries), default=NO_TIMESTAMP)
 
 
-def build_index(batches: list[BatchHeader], interval: int = 1000) -> SegmentIndex:
-    """Index ``batches`` (positions absolute in their segment): the first batch and then
-    every batch that starts at least ``interval`` records after the previous entry."""
+def build_index(batches: list[BatchHeader], interval: int = 1000, segment_size: int | None = None) -> SegmentIndex:
+    """Index ``batches`` (positions absolute in their segment of ``segment_size`` bytes): the
+    first batch and then every batch that starts at least ``interval`` records after the
+    previous entry. Without a size, a version 2 index."""
     if interval <= 0:
         raise ValueError("index interval must be positive")
     entries: list[IndexEntry] = []
@@ -119,4 +135,6 @@ def build_index(batches: list[BatchHeader], interval: int = 1000) -> SegmentInde
             current = IndexEntry(current.offset, current.position, batch.max_timestamp)
     if current is not None:
         entries.append(current)
-    return SegmentIndex(tuple(entries), interval)
+    if segment_size is None:
+        return SegmentIndex(tuple(entries), interval, 2)
+    return SegmentIndex(tuple(entries), interval, 3, segment_size)

@@ -15,6 +15,7 @@ __all__ = [
     "partition_prefix",
     "segment_key",
     "index_key",
+    "segment_partition",
     "parse_segment_key",
     "topics_key",
     "LOG_PREFIX",
@@ -59,6 +60,14 @@ def parse_segment_key(key: str) -> int | None:
     """Base offset of a segment key, or ``None`` for any other object."""
     match = _SEGMENT.search(key)
     return int(match.group(1)) if match else None
+
+
+def segment_partition(key: str) -> tuple[str, str, int] | None:
+    """``(namespace, topic, partition)`` of a segment key, or ``None`` for any other object."""
+    parts = key.rsplit("/", 3)
+    if len(parts) != 4 or parse_segment_key(key) is None or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
 
 
 def log_prefix(namespace: str, writer: str | None = None) -> str:

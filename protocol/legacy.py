@@ -118,7 +118,7 @@ class _Writer:
 
 
 def _millis(value: Any) -> int:
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+    return round(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
 # -- OffsetCommit v0 (no generation, member or retention) and v1 (a commit timestamp per

@@ -40,7 +40,7 @@ __all__ = [
     "parse_segment_header",
     "parse_segment_footer",
     "read_segment",
-    "segment_end",
+    "segment_last",
 ]
 
 SEGMENT_MAGIC = b"KAFS"
@@ -219,14 +219,14 @@ def read_segment(data: bytes) -> Segment:
     return Segment(header, footer, data, absolute)
 
 
-def segment_end(size: int, head: bytes, tail: bytes) -> int | None:
-    """One past a segment's last offset, from its first ``SEGMENT_HEADER_SIZE`` and last
-    ``SEGMENT_FOOTER_SIZE`` bytes; ``None`` for a torn or partial object (never acknowledged)."""
+def segment_last(base_offset: int, size: int, tail: bytes) -> int | None:
+    """A segment's last offset from its last ``SEGMENT_FOOTER_SIZE`` bytes (one ranged read,
+    the base offset being in its key); ``None`` for a torn or partial object (never
+    acknowledged)."""
     if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         return None
     try:
-        header = parse_segment_header(head)
         footer = parse_segment_footer(tail)
     except SegmentFormatError:
         return None
-    return footer.last_offset + 1 if footer.last_offset >= header.base_offset else None
+    return footer.last_offset if footer.last_offset >= base_offset else None

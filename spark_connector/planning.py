@@ -2,7 +2,8 @@
 
 Only what a gateway has acknowledged is read, and the log is the gateway's:
 :func:`kafscale.protocol.log_view.partition_view` over the partition's segments
-(a torn last one is ignored, as the gateway ignores it) and its entries in the
+(each with its last offset from its footer; a torn one is ignored, as the
+gateway ignores it) and its entries in the
 shared log objects. Log objects are listed *before* segments, so an entry
 compacted in between is found in one or the other. The log start is the first
 piece or the one DeleteRecords persisted in the topic metadata, whichever is
@@ -19,13 +20,21 @@ from kafscale.protocol.catalog import catalog_prefix, decode_catalog, newest_cat
 from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.layout import log_prefix, parse_log_object_key, parse_segment_key, partition_prefix, topics_key
 from kafscale.protocol.log_object import LogEntry, directory_from_tail, parse_directory, tail_start
-from kafscale.protocol.log_view import PartitionView, Piece, entries_by_partition, first_record_at, partition_view
-from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, segment_end
+from kafscale.protocol.log_view import (
+    PartitionView,
+    Piece,
+    StoredSegment,
+    entries_by_partition,
+    first_record_at,
+    partition_view,
+)
+from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, segment_last
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
 
-__all__ = ["PartitionRange", "plan", "DataLossError", "LogEntries", "snapshot", "pieces_for", "list_segments"]
+__all__ = ["PartitionRange", "plan", "DataLossError", "LogEntries", "snapshot", "pieces_for", "list_segments",
+           "segments_holding"]
 
 _DIRECTORY_READS = 16
 
@@ -76,33 +85,54 @@ class LogEntries:
         return [e for e in self._entries.get((topic, partition), ()) if wanted is None or e.topic_id == wanted]
 
 
-def _segment_end(store: ObjectStore, key: str, size: int) -> int | None:
-    if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
-        return None
-    head = store.get_range(key, 0, SEGMENT_HEADER_SIZE)
-    return segment_end(size, head, store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
+# A segment key at one size always holds the same batches (a merge adds batches, so it
+# changes the size): last offsets read from footers are kept by (key, size) across plans.
+_LAST_OFFSETS: dict[tuple[str, int], int] = {}
+_LAST_OFFSETS_KEPT = 100_000
+_LISTINGS = 3
 
 
-def list_segments(store: ObjectStore, namespace: str, topic: str, partition: int
-                  ) -> tuple[list[tuple[int, str, int]], int | None]:
-    """The partition's segments and the end of the last one (a torn last one is skipped)."""
-    found = sorted(
-        (base, info.key, info.size)
-        for info in store.list(partition_prefix(namespace, topic, partition))
-        if (base := parse_segment_key(info.key)) is not None
-    )
-    while found:
-        end = _segment_end(store, found[-1][1], found[-1][2])
-        if end is not None:
-            return found, end
-        found.pop()  # torn: never acknowledged, never served
-    return [], None
+def _segment_last(store: ObjectStore, base: int, key: str, size: int) -> StoredSegment | None:
+    last = _LAST_OFFSETS.get((key, size))
+    if last is None:
+        try:
+            last = segment_last(base, size, store.get_range(key, max(size - SEGMENT_FOOTER_SIZE, 0), size))
+        except ObjectNotFound:
+            return None  # merged into an earlier segment since the listing
+        if last is None:
+            return None  # torn: never acknowledged, never served
+        if len(_LAST_OFFSETS) >= _LAST_OFFSETS_KEPT:
+            _LAST_OFFSETS.clear()
+        _LAST_OFFSETS[(key, size)] = last
+    return StoredSegment(base, key, size, last)
+
+
+def list_segments(store: ObjectStore, namespace: str, topic: str, partition: int) -> list[StoredSegment]:
+    """The partition's segments with their last offsets (footers read concurrently)."""
+    listed = sorted((base, info.key, info.size) for info in store.list(partition_prefix(namespace, topic, partition))
+                    if (base := parse_segment_key(info.key)) is not None)
+    with ThreadPoolExecutor(_DIRECTORY_READS) as pool:
+        return [s for s in pool.map(lambda item: _segment_last(store, *item), listed) if s is not None]
 
 
 def snapshot(store: ObjectStore, namespace: str, topic: str, partition: int, persisted_log_start: int,
              entries: list[LogEntry]) -> PartitionView:
-    segments, end = list_segments(store, namespace, topic, partition)
-    return partition_view(segments, end, entries, persisted_log_start)
+    """The partition's view; listed again if a merge raced the listing (offsets in no piece)."""
+    for _attempt in range(_LISTINGS):
+        view = partition_view(list_segments(store, namespace, topic, partition), entries, persisted_log_start)
+        if not view.holes:
+            break
+    return view
+
+
+def segments_holding(store: ObjectStore, namespace: str, topic: str, partition: int,
+                     first: int, last: int) -> list[str]:
+    """Keys of the segments that hold offsets ``first..last`` now (for a piece deleted since
+    planning: an entry compacted, or a segment merged into an earlier one); [] if none do."""
+    view = partition_view(list_segments(store, namespace, topic, partition), ())
+    if not view.holds(first, last):
+        return []
+    return [piece.key for piece in view.pieces if piece.base_offset <= last and piece.last_offset >= first]
 
 
 def pieces_for(pieces: tuple[Piece, ...], start: int, end: int) -> tuple[Piece, ...]:
@@ -184,7 +214,8 @@ def offset_for_timestamp(store: ObjectStore, snap: PartitionView, timestamp: int
         max_timestamp = piece.max_timestamp
         if max_timestamp is None:
             try:
-                max_timestamp = SegmentIndex.decode(store.get(piece.key[: -len(".kfs")] + ".index")).max_timestamp
+                index = SegmentIndex.decode(store.get(piece.key[: -len(".kfs")] + ".index"))
+                max_timestamp = index.max_timestamp if index.describes(piece.size) else None
             except (ObjectNotFound, SegmentFormatError):
                 max_timestamp = None  # no usable index: look inside the segment
         if max_timestamp is not None and max_timestamp < timestamp:

@@ -9,13 +9,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale.protocol.errors import CorruptBatch, SegmentFormatError
+from kafscale.protocol.layout import segment_partition
 from kafscale.protocol.log_object import read_entry
 from kafscale.protocol.log_view import Piece
 from kafscale.protocol.records import BatchHeader, decode_columns
 from kafscale.protocol.segment import read_segment
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
-from .planning import DataLossError, PartitionRange, list_segments
+from .planning import DataLossError, PartitionRange, segments_holding
 
 __all__ = ["arrow_schema", "SPARK_SCHEMA", "read_range", "load_piece", "CorruptSegmentError"]
 
@@ -32,39 +33,46 @@ class CorruptSegmentError(RuntimeError):
 
 
 def _segment(store: ObjectStore, key: str) -> tuple[bytes, list[BatchHeader]]:
-    try:
-        segment = read_segment(store.get(key))
-    except ObjectNotFound:
-        raise DataLossError(f"{key} was deleted after planning (retention?)") from None
-    except SegmentFormatError as exc:
-        raise CorruptSegmentError(f"segment {key} is corrupt: {exc}") from exc
+    segment = read_segment(store.get(key))
     return segment.data, segment.batches
 
 
 def load_piece(store: ObjectStore, piece: Piece) -> Iterator[tuple[bytes | memoryview, list[BatchHeader]]]:
-    """A piece's bytes and batches. An entry whose log object was deleted since planning was
-    compacted meanwhile: its offsets are read from the segments that now hold them."""
+    """A piece's bytes and batches. A piece deleted since planning (an entry compacted, a
+    segment merged into an earlier one) is read from the segments that now hold its offsets."""
     entry = piece.entry
-    if entry is None:
-        yield _segment(store, piece.key)
-        return
     try:
-        stored = read_entry(entry, store.get_range(piece.key, entry.position, entry.position + entry.length))
-    except ObjectNotFound:
-        namespace = piece.key.split("/~log/", 1)[0]
-        segments, end = list_segments(store, namespace, entry.topic, entry.partition)
-        bounds = [base for base, _, _ in segments] + [end or 0]
-        covering = [key for i, (base, key, _) in enumerate(segments)
-                    if base <= entry.last_offset and bounds[i + 1] > entry.base_offset]
-        if not covering or (end or 0) <= entry.last_offset:
-            raise DataLossError(f"{piece.key} was deleted after planning and its offsets "
-                                f"{entry.base_offset}..{entry.last_offset} are in no segment") from None
-        for key in covering:
-            yield _segment(store, key)
+        if entry is None:
+            yield _segment(store, piece.key)
+        else:
+            stored = read_entry(entry, store.get_range(piece.key, entry.position, entry.position + entry.length))
+            yield stored.data, stored.batches
         return
+    except ObjectNotFound:
+        pass
     except SegmentFormatError as exc:
-        raise CorruptSegmentError(str(exc)) from exc
-    yield stored.data, stored.batches
+        raise CorruptSegmentError(f"{piece.key} is corrupt: {exc}") from exc
+    namespace, topic, partition = _partition_of(piece)
+    keys = segments_holding(store, namespace, topic, partition, piece.base_offset, piece.last_offset)
+    if not keys:
+        raise DataLossError(f"{piece.key} was deleted after planning and its offsets "
+                            f"{piece.base_offset}..{piece.last_offset} are in no segment (retention?)")
+    for key in keys:
+        try:
+            yield _segment(store, key)
+        except ObjectNotFound:
+            raise DataLossError(f"{key} was deleted while it was read (retention?)") from None
+        except SegmentFormatError as exc:
+            raise CorruptSegmentError(f"segment {key} is corrupt: {exc}") from exc
+
+
+def _partition_of(piece: Piece) -> tuple[str, str, int]:
+    if piece.entry is not None:
+        return piece.key.split("/~log/", 1)[0], piece.entry.topic, piece.entry.partition
+    parsed = segment_partition(piece.key)
+    if parsed is None:
+        raise CorruptSegmentError(f"{piece.key} is not a segment key")
+    return parsed
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:

@@ -1,6 +1,6 @@
 """Object-store adapters behind one small interface (see :mod:`.base`)."""
 
-from .base import ObjectExists, ObjectInfo, ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
+from .base import ObjectChanged, ObjectExists, ObjectInfo, ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
 from .factory import open_store
 from .obstore_backend import LocalBackend, MemoryBackend, ObstoreBackend
 from .s3 import S3Backend, S3Options
@@ -9,6 +9,7 @@ __all__ = [
     "LocalBackend",
     "MemoryBackend",
     "ObjectExists",
+    "ObjectChanged",
     "ObjectInfo",
     "ObjectNotFound",
     "ObjectStore",

@@ -16,6 +16,7 @@ __all__ = [
     "StorageError",
     "ObjectNotFound",
     "ObjectExists",
+    "ObjectChanged",
     "StorageUnavailable",
 ]
 
@@ -30,6 +31,10 @@ class ObjectNotFound(StorageError, FileNotFoundError):
 
 class ObjectExists(StorageError):
     """put-if-absent lost: an object already exists at the key."""
+
+
+class ObjectChanged(StorageError):
+    """A conditional overwrite lost: the object changed (or went) since it was read."""
 
 
 class StorageUnavailable(StorageError):
@@ -55,6 +60,13 @@ class ObjectStore(Protocol):
 
     def get(self, key: str) -> bytes:
         """The whole object; :class:`ObjectNotFound` if missing."""
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """The whole object and an opaque version of it, for :meth:`put_if_unchanged`."""
+
+    def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        """Replace the object atomically only if it is still at ``version``;
+        :class:`ObjectChanged` if it changed or is gone. Durable when this returns."""
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object (shorter if the object is)."""

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, BaseError
+from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, PreconditionError
 from obstore.store import LocalStore, MemoryStore
 
-from .base import ObjectExists, ObjectInfo, ObjectNotFound, StorageUnavailable
+from .base import ObjectChanged, ObjectExists, ObjectInfo, ObjectNotFound, StorageUnavailable
 
 __all__ = ["ObstoreBackend", "LocalBackend", "MemoryBackend"]
 
@@ -47,6 +48,19 @@ class ObstoreBackend:
 
     def get(self, key: str) -> bytes:
         return bytes(self._call(obstore.get, key).bytes())
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        result = self._call(obstore.get, key)
+        return bytes(result.bytes()), result.meta["e_tag"] or ""
+
+    def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        try:  # If-Match on S3 (and S3-compatible servers): checked by the store, atomically
+            obstore.put(self._store, key, data, mode={"e_tag": version})
+        except (PreconditionError, NotFoundError, FileNotFoundError) as exc:
+            raise ObjectChanged(key) from exc
+        except (BaseError, OSError) as exc:
+            raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
+        self._made_durable(key)
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:
@@ -109,6 +123,49 @@ class LocalBackend(ObstoreBackend):
         self._fsync = fsync
         self._durable_dirs: set[Path] = set()
 
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        try:
+            with open(self.root / key, "rb") as file:
+                return file.read(), _file_version(os.fstat(file.fileno()))
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(key) from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"get {key}: {exc}") from exc
+
+    def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+        """obstore's LocalStore has no conditional update: the file is locked, its version
+        checked, and a new file renamed over it. A second writer locks the replaced inode
+        or the new one, and either way finds the version changed."""
+        path = self.root / key
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise ObjectChanged(key) from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"put {key}: {exc}") from exc
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path)
+            except FileNotFoundError as exc:
+                raise ObjectChanged(key) from exc
+            if current.st_ino != os.fstat(fd).st_ino or _file_version(current) != version:
+                raise ObjectChanged(key)
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                if self._fsync:
+                    os.fsync(file.fileno())
+            os.rename(temporary, path)
+            if self._fsync:
+                _fsync_path(path.parent)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise StorageUnavailable(f"put {key}: {exc}") from exc
+        finally:
+            os.close(fd)
+
     def _made_durable(self, key: str) -> None:
         if not self._fsync:
             return
@@ -134,6 +191,10 @@ def _reason(exc: BaseException) -> str:
     """obstore's message without the multi-line debug dump it appends (one log line)."""
     text = str(exc).split("\n\nDebug source:", 1)[0]
     return " ".join(text.split())
+
+
+def _file_version(stat: os.stat_result) -> str:
+    return f"{stat.st_ino:x}-{stat.st_mtime_ns:x}-{stat.st_size:x}"
 
 
 def _fsync_path(path: Path) -> None:

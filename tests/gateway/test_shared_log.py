@@ -1,6 +1,7 @@
 """The shared log under trio over real backends (memory and local files): one log object per
 flush for every partition, seals, writes in doubt, compaction and the janitor, recovery."""
 
+import types
 from dataclasses import replace
 
 import pytest
@@ -304,8 +305,13 @@ async def test_compaction_takes_at_most_its_share_of_time(autojump_clock, monkey
         return 10
 
     monkeypatch.setattr(compaction, "compact", slow_compact)
+    async def nothing_to_merge(partition_log):
+        return 0
+
     monkeypatch.setattr(compaction, "due", lambda partition_log, now: len(written) < 3)
-    manager = type("M", (), {"loaded": lambda self: [object()]})()
+    monkeypatch.setattr(compaction, "merge", nothing_to_merge)
+    partition = types.SimpleNamespace(redundant=[])
+    manager = type("M", (), {"loaded": lambda self: [partition]})()
     compactor = compaction.Compactor(manager, time_share=0.25)
     compactor._collected_at = float("inf")  # no collection in this test
     started = trio.current_time()

@@ -53,6 +53,9 @@ def test_segment_and_index_round_trip(sets, base_offset, interval):
 
     index = build_index(segment.batches, interval)
     assert SegmentIndex.decode(index.encode()) == index
+    sized = build_index(segment.batches, interval, len(data))  # version 3 names its segment
+    assert SegmentIndex.decode(sized.encode()) == sized and sized.entries == index.entries
+    assert sized.describes(len(data)) and not sized.describes(len(data) + 1) and index.describes(1)
     for batch in segment.batches:  # every batch is reachable from the index
         position = index.position_for_offset(batch.base_offset)
         assert position is not None and position <= batch.position
@@ -99,7 +102,7 @@ def test_builder_refuses_gaps_and_empty_segments():
 @given(sets=record_sets(), data=st.data())
 def test_index_corruption_is_detected(sets, data):
     _, segment = _segment(sets, 0)
-    index = build_index(read_segment(segment).batches, 1).encode()
+    index = build_index(read_segment(segment).batches, 1, len(segment)).encode()
     cut = data.draw(st.integers(0, len(index) - 1))
     with pytest.raises(SegmentFormatError):
         SegmentIndex.decode(index[:cut])

@@ -1,0 +1,137 @@
+"""Merging small segments: a run of them becomes one segment, at the first one's key.
+
+A quiet partition gets one small segment per ``compaction_delay_ms``, and data
+written by earlier versions has one per flush. The owner of a partition merges
+runs of at least ``MERGE_MIN`` consecutive segments of one size tier (a factor of
+4), together at most ``segment.bytes``: the merged segment is in a higher tier, so
+a byte is rewritten at most once per tier, not once per merge.
+
+A merge cannot be fenced by ownership (a segment key is not a log-object slot), so
+it is made safe for any merger, even a paused one that lost the partition:
+
+1. The first segment is read with its version, and the merged one (its batches and
+   the others') replaces it only if it is unchanged (If-Match on S3, a lock and a
+   rename on the filesystem). A segment key therefore only ever gains batches.
+2. Only then are the others deleted: each is now contained in the first key's
+   segment, and stays so (that key only grows; retention deletes it only once all
+   of it is below the log start). A late delete loses nothing.
+3. The merged segment's index names its size (version 3) and is written first, so
+   until the rewrite lands readers ignore it.
+
+Readers take each segment's range from its footer (:mod:`kafscale.protocol.log_view`)
+and drop a segment contained in another; kill -9 between 1 and 2 leaves such
+segments, which the owner deletes when it next loads the partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+import trio
+
+from kafscale.protocol.index import build_index
+from kafscale.protocol.layout import index_key
+from kafscale.protocol.log_view import SEGMENT, Piece
+from kafscale.protocol.segment import SegmentBuilder, read_segment
+from kafscale.storage_backends import ObjectChanged, ObjectNotFound
+
+from .partition_log import PartitionLog
+
+__all__ = ["MERGE_MIN", "merge", "merge_run", "delete_redundant"]
+
+log = logging.getLogger("kafscale.merging")
+
+MERGE_MIN = 4
+
+
+def tier(size: int) -> int:
+    return size.bit_length() // 2  # log4: sizes within a tier differ by at most 4x
+
+
+def merge_run(pieces: list[Piece], log_start: int, segment_bytes: int) -> list[Piece] | None:
+    """The first run of small consecutive segments worth merging, or ``None``."""
+    run: list[Piece] = []
+    total = 0
+    for piece in pieces:
+        if piece.kind != SEGMENT or piece.base_offset < log_start:
+            if len(run) >= MERGE_MIN:
+                return run
+            run, total = [], 0
+            continue
+        fits = (run and piece.base_offset == run[-1].last_offset + 1 and tier(piece.size) == tier(run[0].size)
+                and total + piece.size <= segment_bytes)
+        if not fits:
+            if len(run) >= MERGE_MIN:
+                return run
+            run, total = [], 0
+        if piece.size * 2 <= segment_bytes:
+            run.append(piece)
+            total += piece.size
+    return run if len(run) >= MERGE_MIN else None
+
+
+async def merge(partition_log: PartitionLog) -> int:
+    """Merge the partition's first run of small segments; returns how many were merged."""
+    async with partition_log.maintenance:
+        settings = partition_log.settings
+        run = merge_run(partition_log.pieces, partition_log.log_start_offset, settings.segment_bytes)
+        if run is None or not partition_log.writable() or partition_log.fenced:
+            return 0
+        first = run[0]
+        store = partition_log.store
+        try:
+            data, version = await store.get_versioned(first.key)
+        except ObjectNotFound:
+            return 0
+        head = read_segment(data)
+        if head.last_offset != first.last_offset:
+            return 0  # rewritten since this gateway loaded the partition: it is reloaded on its next read
+        builder = SegmentBuilder(first.base_offset)
+        for batch in head.batches:
+            builder.append(head.batch_bytes(batch), [replace(batch, position=0)])
+        del data, head
+        for piece in run[1:]:
+            loaded = await partition_log.load_piece(piece, keep=False)
+            for batch in loaded.batches:
+                if batch.last_offset >= builder.next_offset:
+                    builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])
+        merged = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
+        index = build_index(builder.batches, settings.index_interval, len(merged))
+        namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition
+        # Durable before the rewrite: after a crash the old index must not outlive the old segment.
+        await store.put(index_key(namespace, topic, partition, first.base_offset), index.encode())
+        try:
+            await store.put_if_unchanged(first.key, merged, version)
+        except ObjectChanged:
+            log.warning("%s changed while it was merged; the merge is given up", first.key)
+            return 0
+        segment = Piece(SEGMENT, first.key, first.base_offset, builder.next_offset - 1, len(merged))
+        merged_away = set(run)
+        partition_log.replace_pieces(sorted([p for p in partition_log.pieces if p not in merged_away] + [segment],
+                                            key=lambda p: (p.base_offset, p.kind != SEGMENT)))
+        for piece in run:
+            partition_log.cache.discard(piece.cache_key)
+            partition_log.segment_max_timestamps.pop(piece.cache_key, None)
+        partition_log.segment_max_timestamps[segment.cache_key] = index.max_timestamp
+        for piece in run[1:]:  # each is contained in the rewritten first one from here on
+            await store.delete(piece.key)
+            await store.delete(index_key(namespace, topic, partition, piece.base_offset))
+        log.info("merged %d segments of %s-%d (offsets %d..%d, %d bytes) into %s", len(run), topic, partition,
+                 segment.base_offset, segment.last_offset, len(merged), first.key)
+        return len(run)
+
+
+async def delete_redundant(partition_log: PartitionLog) -> int:
+    """Delete segments found contained in another when the partition was loaded (a merge
+    killed before its deletes, or a late copy): safe, the containing one stays."""
+    async with partition_log.maintenance:
+        doomed, partition_log.redundant = partition_log.redundant, []
+        settings = partition_log.settings
+        for segment in doomed:
+            await partition_log.store.delete(segment.key)
+            await partition_log.store.delete(index_key(settings.namespace, partition_log.topic,
+                                                       partition_log.partition, segment.base_offset))
+            log.info("deleted %s: its offsets are in an earlier segment", segment.key)
+        return len(doomed)
