@@ -77,3 +77,42 @@ def test_option_errors():
         parse_options({"path": "x", "subscribe": "t", "startingOffsets": "earliest", "startingTimestamp": "5"})
     with pytest.raises(OptionError, match="needs the data location"):
         parse_options({"subscribe": "t"})
+
+
+def test_segments_merged_after_planning_are_read_from_the_merged_one(data, tmp_path):
+    """A gateway merges small segments while an executor reads: the segments it was given are
+    gone, and their offsets are read from the rewritten first one."""
+    import shutil
+
+    from kafscale.protocol import build_batch
+    from kafscale.protocol.layout import segment_key
+    from kafscale.protocol.records import Record, restamp, split_batches
+    from kafscale.protocol.segment import SegmentBuilder, read_segment
+    from kafscale.storage_backends import LocalBackend
+
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    shutil.rmtree(copy / "kafscale" / "~log")
+    for old in (copy / "kafscale" / "units" / "0").glob("*"):
+        old.unlink()
+    store = LocalBackend(copy)
+    for base in range(0, 30, 3):
+        batch = bytearray(build_batch([Record(i - base, 1000 + i, None, b"%d" % i) for i in range(base, base + 3)]))
+        builder = SegmentBuilder(base)
+        builder.append(batch, restamp(batch, split_batches(batch), base))
+        store.put_if_absent(segment_key("kafscale", "units", 0, base), builder.seal(0))
+    options = parse_options({"path": str(copy), "subscribe": "units"})
+    (part,) = plan(open_location(options), options)
+    assert len(part.pieces) == 10
+    first = segment_key("kafscale", "units", 0, 0)
+    _, version = store.get_versioned(first)
+    merged = SegmentBuilder(0)
+    for piece in part.pieces:
+        segment = read_segment(store.get(piece.key))
+        for batch in segment.batches:
+            merged.append(segment.batch_bytes(batch), split_batches(bytearray(segment.batch_bytes(batch))))
+    store.put_if_unchanged(first, merged.seal(0), version)
+    for piece in part.pieces[1:]:
+        store.delete(piece.key)
+    rows = [r for b in read_range(open_location(options), part, include_headers=False) for r in b.to_pylist()]
+    assert [(r["offset"], r["value"]) for r in rows] == [(i, b"%d" % i) for i in range(30)]

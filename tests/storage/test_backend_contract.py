@@ -7,6 +7,7 @@ import pytest
 from kafscale.storage_backends import (
     LocalBackend,
     MemoryBackend,
+    ObjectChanged,
     ObjectExists,
     ObjectNotFound,
     ObjectStore,
@@ -73,6 +74,46 @@ def test_put_if_absent_race(store):
         t.join()
     assert len(winners) == 1
     assert store.get("race") == b"%d" % winners[0]
+
+
+def test_put_if_unchanged_replaces_only_the_version_read(store):
+    store.put_if_absent("seg", b"small")
+    data, version = store.get_versioned("seg")
+    assert data == b"small"
+    store.put_if_unchanged("seg", b"merged, larger", version)
+    assert store.get("seg") == b"merged, larger"
+    with pytest.raises(ObjectChanged):  # a second writer that read the first version
+        store.put_if_unchanged("seg", b"stale", version)
+    assert store.get_versioned("seg")[0] == b"merged, larger"
+    store.delete("seg")
+    with pytest.raises(ObjectChanged):  # gone: never created again by a conditional write
+        store.put_if_unchanged("seg", b"stale", version)
+    assert store.head("seg") is None
+    with pytest.raises(ObjectNotFound):
+        store.get_versioned("seg")
+
+
+def test_put_if_unchanged_race_has_one_winner(store):
+    store.put_if_absent("race", b"first")
+    _, version = store.get_versioned("race")
+    winners = []
+    barrier = threading.Barrier(6)
+
+    def contend(i):
+        barrier.wait()
+        try:
+            store.put_if_unchanged("race", b"writer %d" % i, version)
+            winners.append(i)
+        except ObjectChanged:
+            pass
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert store.get("race") == b"writer %d" % winners[0]
 
 
 def test_ranges(store):
