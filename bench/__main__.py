@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import sys
 
-from . import broker_bench, cluster_bench, group_bench, limits_bench, objects_bench, protocol_bench, report, spark_bench
+from . import (
+    broker_bench,
+    cluster_bench,
+    group_bench,
+    latency_bench,
+    limits_bench,
+    objects_bench,
+    protocol_bench,
+    report,
+    spark_bench,
+)
 
 SECTIONS = {
     "protocol": protocol_bench.run,
     "limits": limits_bench.run,
     "broker": broker_bench.run,
+    "latency": latency_bench.run,
     "objects": objects_bench.run,
     "groups": group_bench.run,
     "spark": spark_bench.run,
