@@ -15,6 +15,7 @@ import json, sys
 from confluent_kafka import Producer
 bootstrap, out_path = sys.argv[1], sys.argv[2]
 prefix = sys.argv[3] if len(sys.argv) > 3 else "message"
+pause = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0  # a trickle: small segments
 out = open(out_path, "a", buffering=1)
 def report(err, msg):
     if err is None:
@@ -26,6 +27,8 @@ while True:
     try:
         producer.produce("durable", key=str(i % 17).encode(), value=f"{prefix}-{i}".encode(), on_delivery=report)
         i += 1
+        if pause:
+            producer.poll(pause)
     except BufferError:
         producer.poll(0.01)
     if i % 100 == 0:
@@ -90,6 +93,13 @@ def test_kill_9_mid_produce_loses_nothing_acknowledged(gateway, tmp_path):
     kill_mid_produce_and_verify(gateway, tmp_path, 20_000)
 
 
+def _metric(gateway, name: str) -> float:
+    for line in gateway.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
     """Several rounds of: produce, compaction running (every second, small segments), kill -9
     at an arbitrary moment. Every acknowledged message is stored once, at its offset; the
@@ -125,5 +135,63 @@ def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
         verify_stored(gateway, acked)
         segments = list((gateway.data_dir / "kafscale" / "durable").glob("*/*.kfs"))
         assert len(segments) >= 3, "compaction wrote segments"
+    finally:
+        gateway.kill()
+
+
+def test_kill_9_during_merging_loses_and_duplicates_nothing(tmp_path):
+    """A trickle makes a small segment per compaction (every 20 ms) and the gateway merges
+    runs of them; kill -9 at several moments. Every acknowledged message is stored once, at
+    its offset, and the merges go on until no run is left."""
+    from kafscale.gateway.merging import merge_run
+    from kafscale.protocol.log_view import SEGMENT, Piece
+    from kafscale.protocol.segment import read_segment
+    from tests.support.gateway_process import GatewayProcess
+
+    segment_bytes = 256 * 1024
+    gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "20", "--segment-bytes",
+                             str(segment_bytes), "--max-message-bytes", str(segment_bytes)).start()
+    merged_seen = 0.0
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("durable", num_partitions=3, replication_factor=1)])["durable"].result(10)
+        acks_file = tmp_path / "acks.jsonl"
+        acks_file.touch()
+        for round_number in range(3):
+            if round_number:
+                gateway.start()
+            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file),
+                                         f"round{round_number}", "0.001"])
+            try:
+                time.sleep(4 + 0.7 * round_number)  # a different moment of the merge cycle each round
+                merged_seen = max(merged_seen, _metric(gateway, "kafscale_segments_merged"))
+                gateway.process.send_signal(signal.SIGKILL)
+                gateway.process.wait()
+            finally:
+                producer.kill()
+                producer.wait()
+        acked = _acked(acks_file)
+        assert len(acked) >= 1000
+        assert merged_seen >= 4, "the trickle's small segments were merged while it ran"
+        gateway.start()
+        verify_stored(gateway, acked)
+
+        def mergeable() -> list[int]:
+            left = []
+            for partition in range(3):
+                pieces = []
+                for path in sorted((gateway.data_dir / "kafscale" / "durable" / str(partition)).glob("*.kfs")):
+                    segment = read_segment(path.read_bytes())
+                    pieces.append(Piece(SEGMENT, path.name, segment.base_offset, segment.last_offset,
+                                        path.stat().st_size))
+                if merge_run(pieces, 0, segment_bytes) is not None:
+                    left.append(partition)
+            return left
+
+        deadline = time.monotonic() + 60
+        while mergeable() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert mergeable() == [], "merging converges: no run of small segments is left"
+        verify_stored(gateway, acked)
     finally:
         gateway.kill()
