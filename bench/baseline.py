@@ -43,3 +43,15 @@ def gateway_command(ref: str) -> tuple[list[str], dict[str, str]]:
             (package / folder).symlink_to(worktree / folder)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), sysconfig.get_paths()["purelib"]])}
     return [sys.executable, "-S", "-m", "kafscale.gateway.cli"], env
+
+
+def versions(current: str) -> list[tuple[str, list[str], dict[str, str] | None]]:
+    """``(name, argv prefix, environment)`` of this checkout's gateway (named ``current``) and,
+    with ``KAFSCALE_BENCH_BASELINE=<ref>``, of that commit's: what a section runs side by side."""
+    found: list[tuple[str, list[str], dict[str, str] | None]] = [
+        (f"kafscale {current}", [sys.executable, "-m", "kafscale.gateway.cli"], None)]
+    earlier = os.environ.get("KAFSCALE_BENCH_BASELINE")
+    if earlier:
+        command, env = gateway_command(earlier)
+        found.append((f"kafscale {short(earlier)} (before)", command, env))
+    return found

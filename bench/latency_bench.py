@@ -9,9 +9,7 @@ median of the p99s.
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
@@ -35,11 +33,7 @@ def _run(name: str, command: list[str], env: dict[str, str] | None, tmp: Path, r
 
 
 def run() -> None:
-    versions = [(f"kafscale {report.commit()}", [sys.executable, "-m", "kafscale.gateway.cli"], None)]
-    earlier = os.environ.get("KAFSCALE_BENCH_BASELINE")
-    if earlier:
-        command, env = baseline.gateway_command(earlier)
-        versions.append((f"kafscale {baseline.short(earlier)} (before)", command, env))
+    versions = baseline.versions(report.commit())
     measured: dict[str, list[dict]] = {name: [] for name, _, _ in versions}
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(RUNS):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -46,11 +45,7 @@ def _measure(name: str, command: list[str], env: dict[str, str] | None, tmp: Pat
 
 
 def run() -> None:
-    versions = [(f"kafscale {report.commit()}", [sys.executable, "-m", "kafscale.gateway.cli"], None)]
-    earlier = os.environ.get("KAFSCALE_BENCH_BASELINE")
-    if earlier:
-        command, env = baseline.gateway_command(earlier)
-        versions.append((f"kafscale {baseline.short(earlier)} (before)", command, env))
+    versions = baseline.versions(report.commit())
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, command, env in versions:

@@ -100,6 +100,27 @@ def _metric(gateway, name: str) -> float:
     return 0.0
 
 
+def _kill_in_rounds(gateway, acks_file, rounds: int, produce_args: list[str], before_kill) -> list:
+    """``rounds`` times: (re)start the gateway, produce from another process, wait with
+    ``before_kill(round_number)``, kill -9 the gateway; the acknowledged messages."""
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic("durable", num_partitions=3, replication_factor=1)])["durable"].result(10)
+    acks_file.touch()
+    for round_number in range(rounds):
+        if round_number:
+            gateway.start()
+        producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file),
+                                     f"round{round_number}", *produce_args])
+        try:
+            before_kill(round_number)
+            gateway.process.send_signal(signal.SIGKILL)
+            gateway.process.wait()
+        finally:
+            producer.kill()
+            producer.wait()
+    return _acked(acks_file)
+
+
 def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
     """Several rounds of: produce, compaction running (every second, small segments), kill -9
     at an arbitrary moment. Every acknowledged message is stored once, at its offset; the
@@ -108,28 +129,17 @@ def test_kill_9_during_compaction_loses_and_duplicates_nothing(tmp_path):
 
     gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "100", "--segment-bytes", "65536",
                              "--max-message-bytes", "65536").start()
+    acks_file = tmp_path / "acks.jsonl"
+
+    def produce_some(round_number):
+        wanted = len(_acked(acks_file)) + 8000
+        deadline = time.monotonic() + 60
+        while len(_acked(acks_file)) < wanted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3 * round_number)  # a different moment of the compaction cycle each round
+
     try:
-        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-        admin.create_topics([NewTopic("durable", num_partitions=3, replication_factor=1)])["durable"].result(10)
-        acks_file = tmp_path / "acks.jsonl"
-        acks_file.touch()
-        for round_number in range(4):
-            if round_number:
-                gateway.start()
-            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file),
-                                         f"round{round_number}"])
-            try:
-                wanted = len(_acked(acks_file)) + 8000
-                deadline = time.monotonic() + 60
-                while len(_acked(acks_file)) < wanted and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                time.sleep(0.3 * round_number)  # a different moment of the compaction cycle each round
-                gateway.process.send_signal(signal.SIGKILL)
-                gateway.process.wait()
-            finally:
-                producer.kill()
-                producer.wait()
-        acked = _acked(acks_file)
+        acked = _kill_in_rounds(gateway, acks_file, 4, [], produce_some)
         assert len(acked) >= 32_000
         gateway.start()
         verify_stored(gateway, acked)
@@ -151,28 +161,19 @@ def test_kill_9_during_merging_loses_and_duplicates_nothing(tmp_path):
     segment_bytes = 256 * 1024
     gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "20", "--segment-bytes",
                              str(segment_bytes), "--max-message-bytes", str(segment_bytes)).start()
-    merged_seen = 0.0
+    merged_seen = []
+
+    def trickle(round_number):
+        deadline = time.monotonic() + 30
+        while _metric(gateway, "kafscale_segments_merged") < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        merged_seen.append(_metric(gateway, "kafscale_segments_merged"))
+        time.sleep(0.7 * round_number)  # a different moment of the merge cycle each round
+
     try:
-        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-        admin.create_topics([NewTopic("durable", num_partitions=3, replication_factor=1)])["durable"].result(10)
-        acks_file = tmp_path / "acks.jsonl"
-        acks_file.touch()
-        for round_number in range(3):
-            if round_number:
-                gateway.start()
-            producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks_file),
-                                         f"round{round_number}", "0.001"])
-            try:
-                time.sleep(4 + 0.7 * round_number)  # a different moment of the merge cycle each round
-                merged_seen = max(merged_seen, _metric(gateway, "kafscale_segments_merged"))
-                gateway.process.send_signal(signal.SIGKILL)
-                gateway.process.wait()
-            finally:
-                producer.kill()
-                producer.wait()
-        acked = _acked(acks_file)
+        acked = _kill_in_rounds(gateway, tmp_path / "acks.jsonl", 3, ["0.001"], trickle)
         assert len(acked) >= 1000
-        assert merged_seen >= 4, "the trickle's small segments were merged while it ran"
+        assert max(merged_seen) >= 4, "the trickle's small segments were merged while it ran"
         gateway.start()
         verify_stored(gateway, acked)
 

@@ -14,7 +14,7 @@ from kafscale.protocol.records import restamp
 from kafscale.protocol.segment import SegmentBuilder, read_segment
 from kafscale.storage_backends import LocalBackend, MemoryBackend, StorageUnavailable
 
-from .test_shared_log import Node, _record_set, _values
+from .test_shared_log import Node, _record_set, _values, write_previous_format
 
 
 @pytest.fixture(params=["memory", "local"])
@@ -148,13 +148,7 @@ async def test_a_late_copy_inside_a_merged_segment_is_ignored(store, nursery):
 async def test_segments_of_the_previous_format_are_merged(store, nursery):
     """Before shared log objects every flush wrote a segment per partition: many small ones,
     merged in segment.bytes runs."""
-    base = 0
-    for _ in range(40):
-        builder = SegmentBuilder(base)
-        batch, headers = _record_set(start=base)
-        builder.append(batch, restamp(batch, headers, base))
-        await store.put_if_absent(segment_key("ns", "t", 0, base), builder.seal(0))
-        base += 3
+    await write_previous_format(store, 40)
     node = await Node(store).start(nursery)
     log = await node.open()
     while await merge(log):

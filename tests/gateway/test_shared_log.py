@@ -395,15 +395,18 @@ async def test_a_topic_created_again_does_not_see_the_old_ones_records(store, nu
     assert new.high_watermark == 0
 
 
-async def test_segments_written_by_the_previous_format_are_read(store, nursery):
-    """Before shared log objects, every flush wrote its own segment (and index) per partition."""
-    base = 0
-    for _ in range(3):
+async def write_previous_format(store, segments: int) -> None:
+    """Before shared log objects, every flush wrote its own segment (and index) per partition:
+    ``segments`` of 3 records each."""
+    for base in range(0, 3 * segments, 3):
         builder = SegmentBuilder(base)
         batch, headers = _record_set(start=base)
         builder.append(batch, restamp(batch, headers, base))
         await store.put_if_absent(segment_key("ns", "t", 0, base), builder.seal(0))
-        base += 3
+
+
+async def test_segments_written_by_the_previous_format_are_read(store, nursery):
+    await write_previous_format(store, 3)
     node = await Node(store).start(nursery)
     log = await node.open()
     assert (log.log_start_offset, log.high_watermark, log.compacted_end) == (0, 9, 9)

@@ -55,23 +55,29 @@ def test_put_if_absent_has_one_winner(store):
     assert store.get("k") == b"first"
 
 
-def test_put_if_absent_race(store):
+def _race(writers: int, write, lost: type[Exception]) -> list[int]:
+    """Run ``write(i)`` in ``writers`` threads released at once; the indexes that won."""
     winners = []
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(writers)
 
     def contend(i):
         barrier.wait()
         try:
-            store.put_if_absent("race", b"%d" % i)
+            write(i)
             winners.append(i)
-        except ObjectExists:
+        except lost:
             pass
 
-    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(writers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return winners
+
+
+def test_put_if_absent_race(store):
+    winners = _race(8, lambda i: store.put_if_absent("race", b"%d" % i), ObjectExists)
     assert len(winners) == 1
     assert store.get("race") == b"%d" % winners[0]
 
@@ -96,22 +102,7 @@ def test_put_if_unchanged_replaces_only_the_version_read(store):
 def test_put_if_unchanged_race_has_one_winner(store):
     store.put_if_absent("race", b"first")
     _, version = store.get_versioned("race")
-    winners = []
-    barrier = threading.Barrier(6)
-
-    def contend(i):
-        barrier.wait()
-        try:
-            store.put_if_unchanged("race", b"writer %d" % i, version)
-            winners.append(i)
-        except ObjectChanged:
-            pass
-
-    threads = [threading.Thread(target=contend, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    winners = _race(6, lambda i: store.put_if_unchanged("race", b"writer %d" % i, version), ObjectChanged)
     assert len(winners) == 1
     assert store.get("race") == b"writer %d" % winners[0]
 
