@@ -87,7 +87,7 @@ async def merge(partition_log: PartitionLog) -> int:
             return 0
         head = read_segment(data)
         if head.last_offset != first.last_offset:
-            return 0  # rewritten since this gateway loaded the partition: it is reloaded on its next read
+            return 0  # rewritten by another merger since this gateway loaded the partition: not ours to merge now
         builder = SegmentBuilder(first.base_offset)
         for batch in head.batches:
             builder.append(head.batch_bytes(batch), [replace(batch, position=0)])

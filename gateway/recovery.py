@@ -31,25 +31,11 @@ log = logging.getLogger("kafscale.recovery")
 _LISTINGS = 3
 
 
-# A segment key at one size always holds the same batches (a rewrite adds batches, so it
-# changes the size): last offsets read from footers are remembered by (key, size).
-_LAST_OFFSETS: dict[tuple[str, int], int] = {}
-_LAST_OFFSETS_KEPT = 100_000
-
-
 async def segment_last(store: AsyncStore, key: str, base_offset: int, size: int) -> int | None:
     """A segment's last offset, from its footer (``None`` if torn; ObjectNotFound if gone)."""
-    known = _LAST_OFFSETS.get((key, size))
-    if known is not None:
-        return known
     if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         return None
-    last = last_from_footer(base_offset, size, await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
-    if last is not None:
-        if len(_LAST_OFFSETS) >= _LAST_OFFSETS_KEPT:
-            _LAST_OFFSETS.clear()
-        _LAST_OFFSETS[(key, size)] = last
-    return last
+    return last_from_footer(base_offset, size, await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
 
 
 async def list_segments(store: AsyncStore, prefix: str, *, repair: bool = False) -> list[StoredSegment]:

@@ -85,15 +85,17 @@ class LogEntries:
         return [e for e in self._entries.get((topic, partition), ()) if wanted is None or e.topic_id == wanted]
 
 
-# A segment key at one size always holds the same batches (a merge adds batches, so it
-# changes the size): last offsets read from footers are kept by (key, size) across plans.
-_LAST_OFFSETS: dict[tuple[str, int], int] = {}
+# Within one incarnation of a topic (its id), a segment key at one size always holds the same
+# batches (a merge adds batches, so it changes the size): last offsets read from footers are
+# kept by (store, topic id, key, size) across plans (a streaming query plans every micro-batch).
+_LAST_OFFSETS: dict[tuple[str, str, str, int], int] = {}
 _LAST_OFFSETS_KEPT = 100_000
 _LISTINGS = 3
 
 
-def _segment_last(store: ObjectStore, base: int, key: str, size: int) -> StoredSegment | None:
-    last = _LAST_OFFSETS.get((key, size))
+def _segment_last(store: ObjectStore, topic_id: str | None, base: int, key: str, size: int) -> StoredSegment | None:
+    remembered = (store.describe(), topic_id, key, size) if topic_id else None
+    last = _LAST_OFFSETS.get(remembered) if remembered else None
     if last is None:
         try:
             last = segment_last(base, size, store.get_range(key, max(size - SEGMENT_FOOTER_SIZE, 0), size))
@@ -101,25 +103,29 @@ def _segment_last(store: ObjectStore, base: int, key: str, size: int) -> StoredS
             return None  # merged into an earlier segment since the listing
         if last is None:
             return None  # torn: never acknowledged, never served
-        if len(_LAST_OFFSETS) >= _LAST_OFFSETS_KEPT:
-            _LAST_OFFSETS.clear()
-        _LAST_OFFSETS[(key, size)] = last
+        if remembered:
+            if len(_LAST_OFFSETS) >= _LAST_OFFSETS_KEPT:
+                _LAST_OFFSETS.clear()
+            _LAST_OFFSETS[remembered] = last
     return StoredSegment(base, key, size, last)
 
 
-def list_segments(store: ObjectStore, namespace: str, topic: str, partition: int) -> list[StoredSegment]:
-    """The partition's segments with their last offsets (footers read concurrently)."""
+def list_segments(store: ObjectStore, namespace: str, topic: str, partition: int,
+                  topic_id: str | None = None) -> list[StoredSegment]:
+    """The partition's segments with their last offsets (footers read concurrently; remembered
+    only when the topic's id is known)."""
     listed = sorted((base, info.key, info.size) for info in store.list(partition_prefix(namespace, topic, partition))
                     if (base := parse_segment_key(info.key)) is not None)
     with ThreadPoolExecutor(_DIRECTORY_READS) as pool:
-        return [s for s in pool.map(lambda item: _segment_last(store, *item), listed) if s is not None]
+        return [s for s in pool.map(lambda item: _segment_last(store, topic_id, *item), listed) if s is not None]
 
 
 def snapshot(store: ObjectStore, namespace: str, topic: str, partition: int, persisted_log_start: int,
-             entries: list[LogEntry]) -> PartitionView:
+             entries: list[LogEntry], topic_id: str | None = None) -> PartitionView:
     """The partition's view; listed again if a merge raced the listing (offsets in no piece)."""
     for _attempt in range(_LISTINGS):
-        view = partition_view(list_segments(store, namespace, topic, partition), entries, persisted_log_start)
+        view = partition_view(list_segments(store, namespace, topic, partition, topic_id), entries,
+                              persisted_log_start)
         if not view.holes:
             break
     return view
@@ -164,7 +170,7 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
                 raise OptionError(f"topic {topic} has no partition {partition}")
             log_start = int(info.get("log_start", {}).get(str(partition), 0))
             snap = snapshot(store, options.namespace, topic, partition, log_start,
-                            entries.of(topic, partition, info.get("id")))
+                            entries.of(topic, partition, info.get("id")), info.get("id"))
             start = _resolve(options.starting, topic, partition, snap, "start")
             end = min(_resolve(options.ending, topic, partition, snap, "end"), snap.high_watermark)
             if options.starting_timestamp is not None:

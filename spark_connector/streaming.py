@@ -53,7 +53,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for partition in partitions:
                 log_start = int(info.get("log_start", {}).get(str(partition), 0))
                 found[(topic, partition)] = snapshot(store, self.options.namespace, topic, partition, log_start,
-                                                     entries.of(topic, partition, info.get("id")))
+                                                     entries.of(topic, partition, info.get("id")), info.get("id"))
         return found
 
     def _latest(self) -> Offsets:
