@@ -33,7 +33,7 @@ from kafscale.storage_backends import ObjectExists, StorageError
 
 from .merging import delete_redundant, merge
 from .partition_log import PartitionLog
-from .recovery import list_segments, segment_last
+from .segments import list_segments, segment_last
 
 if TYPE_CHECKING:
     from .logs import LogManager

@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
-from kafscale.protocol.layout import index_key, parse_segment_key, partition_prefix
+from kafscale.protocol.layout import index_key, partition_prefix
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, PartitionView, Piece, StoredSegment, pieces_from
 from kafscale.protocol.records import BatchHeader, restamp
-from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, Segment, read_segment, segment_last
+from kafscale.protocol.segment import Segment, read_segment
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from .cache import ByteLRU
 from .producers import ProducerStates
+from .segments import list_segments
 from .storage import AsyncStore
 
 if TYPE_CHECKING:
@@ -257,16 +258,9 @@ class PartitionLog:
 
     async def _segment_holding(self, piece: Piece) -> str:
         """The key of the segment that now holds a deleted segment's offsets."""
-        listed = sorted((base, info.key, info.size) for info in await self.store.list(self.prefix)
-                        if (base := parse_segment_key(info.key)) is not None and base <= piece.base_offset)
-        for base, key, size in reversed(listed):
-            try:
-                tail = await self.store.get_range(key, size - SEGMENT_FOOTER_SIZE, size)
-            except ObjectNotFound:
-                continue
-            last = segment_last(base, size, tail)
-            if last is not None and last >= piece.last_offset:
-                return key
+        for segment in await list_segments(self.store, self.prefix):
+            if segment.base_offset <= piece.base_offset and segment.last_offset >= piece.last_offset:
+                return segment.key
         raise ObjectNotFound(piece.key)
 
     # -- fetch -----------------------------------------------------------------------------
