@@ -9,15 +9,53 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
-__all__ = ["GatewayConfig", "ConfigError", "load_config", "build_parser"]
+__all__ = ["GatewayConfig", "ConfigError", "Listener", "load_config", "build_parser", "SECURITY_PROTOCOLS",
+           "SASL_MECHANISMS"]
 
 
 class ConfigError(ValueError):
     """A configuration value is missing, malformed or out of range."""
 
 
-def _opt(default: Any, help: str, *, minimum: int | None = None, choices: tuple | None = None):
-    return field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices})
+def _opt(default: Any, help: str, *, minimum: int | None = None, choices: tuple | None = None,
+         secret: bool = False):
+    return field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices,
+                                            "secret": secret})
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One Kafka listener: where it binds and what a client must do on it."""
+
+    name: str
+    protocol: str  # one of SECURITY_PROTOCOLS
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _endpoints(text: str, option: str) -> list[tuple[str, str, int]]:
+    found = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, address = item.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not name or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"{option}: {item!r} is not NAME://host:port")
+        found.append((name.upper(), host.strip("[]"), int(port)))
+    if len({name for name, _, _ in found}) != len(found):
+        raise ConfigError(f"{option}: a listener name appears twice")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +67,50 @@ class GatewayConfig:
     advertised_port: int = _opt(0, "port clients are told to connect to (default: --port)", minimum=0)
     http_host: str = _opt("127.0.0.1", "address of the /metrics, /healthz, /readyz listener")
     http_port: int = _opt(9094, "port of the HTTP listener (0 picks a free one, -1 disables it)", minimum=-1)
+    listeners: str = _opt(
+        "", "Kafka listeners, NAME://host:port comma-separated (NAME a security protocol: PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT, SASL_SSL, or mapped to one by listener_security_protocol_map); empty: "
+        "PLAINTEXT://host:port; the first one is the one host/port/advertised_* describe")
+    advertised_listeners: str = _opt(
+        "", "addresses clients are told for each listener, NAME://host:port; a listener not named here "
+        "is advertised at advertised_host (or its own host) and its port")
+    listener_security_protocol_map: str = _opt(
+        "", "NAME:PROTOCOL pairs for listener names that are not protocol names (INTERNAL:SASL_SSL,...)")
     node_id: int = _opt(0, "broker id this gateway reports in Metadata", minimum=0)
     cluster_id: str = _opt("kafscale", "cluster id reported in Metadata")
+
+    # TLS (SSL and SASL_SSL listeners; see docs/operations.md, "Security")
+    ssl_certfile: str = _opt("", "PEM file with the gateway's certificate chain")
+    ssl_keyfile: str = _opt("", "PEM file with the certificate's private key (default: in ssl_certfile)")
+    ssl_key_password: str = _opt("", "password of an encrypted ssl_keyfile", secret=True)
+    ssl_cafile: str = _opt("", "PEM file of the CAs client certificates must chain to (mTLS)")
+    ssl_client_auth: str = _opt("none", "client certificates: none, requested (verified if sent) or required",
+                                choices=("none", "requested", "required"))
+    ssl_principal_mapping_rules: str = _opt(
+        "DEFAULT", "how a client certificate's subject becomes a principal: Kafka's "
+        "ssl.principal.mapping.rules (RULE:pattern/replacement/[LU], ..., DEFAULT: the whole DN)")
+    http_ssl: bool = _opt(False, "serve the HTTP endpoint over TLS with ssl_certfile")
+
+    # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
+    sasl_enabled_mechanisms: str = _opt("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                                        "SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
+    sasl_plain_users_file: str = _opt(
+        "", "file of user=password lines PLAIN checks first (PLAIN also accepts SCRAM users' passwords)")
+    sasl_bootstrap_user: str = _opt(
+        "", "user given SCRAM-SHA-256 and -512 credentials at start when it has none (the first admin)")
+    sasl_bootstrap_password: str = _opt("", "that user's password (set it through the environment)", secret=True)
+    connections_max_reauth_ms: int = _opt(
+        0, "longest a SASL session lasts before the client must re-authenticate (KIP-368); 0: forever",
+        minimum=0)
+    auth_failure_delay_ms: int = _opt(
+        100, "delay before answering a failed authentication and closing the connection", minimum=0)
+
+    # Authorization
+    authorizer: str = _opt("none", "none: every client may do anything; acl: Kafka ACLs decide",
+                           choices=("none", "acl"))
+    super_users: str = _opt("", "principals allowed everything, semicolon-separated (User:admin;User:ops)")
+    allow_everyone_if_no_acl_found: bool = _opt(
+        False, "allow a request on a resource no ACL names (Kafka's setting of the same name)")
 
     # Storage
     storage: str = _opt("./data", "where topics live: a directory, file:///path, s3://bucket/prefix or memory://")
@@ -131,7 +211,49 @@ class GatewayConfig:
 
     @property
     def advertised(self) -> tuple[str, int]:
-        return (self.advertised_host or self.host, self.advertised_port or self.port)
+        """Where clients are sent for the first listener."""
+        return (self.advertised_host or self.kafka_listeners[0].host, self.advertised_port or self.kafka_listeners[0].port)
+
+    @property
+    def kafka_listeners(self) -> tuple[Listener, ...]:
+        if not self.listeners:
+            return (Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
+        mapping = {}
+        for pair in filter(None, (p.strip() for p in self.listener_security_protocol_map.split(","))):
+            name, sep, protocol = pair.partition(":")
+            if not sep or protocol.upper() not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listener_security_protocol_map: {pair!r} is not NAME:PROTOCOL "
+                                  f"(PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)})")
+            mapping[name.strip().upper()] = protocol.upper()
+        listeners = []
+        for name, host, port in _endpoints(self.listeners, "listeners"):
+            protocol = mapping.get(name, name)
+            if protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listeners: {name} is neither a security protocol nor in "
+                                  "listener_security_protocol_map")
+            listeners.append(Listener(name, protocol, host, port))
+        if not listeners:
+            raise ConfigError("listeners: no listener given")
+        return tuple(listeners)
+
+    @property
+    def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> advertised (host, port) named by advertised_listeners."""
+        return {name: (host, port) for name, host, port in _endpoints(self.advertised_listeners,
+                                                                        "advertised_listeners")}
+
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        return tuple(m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
+
+    @property
+    def super_user_set(self) -> frozenset[str]:
+        return frozenset(u.strip() for u in self.super_users.split(";") if u.strip())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{item.name}={'***' if item.metadata.get('secret') and getattr(self, item.name) else getattr(self, item.name)!r}"
+                          for item in fields(self))
+        return f"GatewayConfig({shown})"
 
     def validate(self) -> GatewayConfig:
         for item in fields(self):
@@ -150,7 +272,34 @@ class GatewayConfig:
             raise ConfigError("cluster_refresh_ms must be at most a third of lease_ttl_ms")
         if not self.namespace or "/" in self.namespace:
             raise ConfigError("namespace must be a non-empty name without '/'")
+        self._validate_security()
         return self
+
+    def _validate_security(self) -> None:
+        listeners = self.kafka_listeners
+        if len({(listener.host, listener.port) for listener in listeners if listener.port}) != \
+                len([listener for listener in listeners if listener.port]):
+            raise ConfigError("listeners: two listeners on one address")
+        unknown = set(self.advertised_endpoints) - {listener.name for listener in listeners}
+        if unknown:
+            raise ConfigError(f"advertised_listeners: no listener named {', '.join(sorted(unknown))}")
+        if any(listener.tls for listener in listeners) or self.http_ssl:
+            if not self.ssl_certfile:
+                raise ConfigError("an SSL or SASL_SSL listener (or http_ssl) needs ssl_certfile")
+        if self.ssl_client_auth != "none" and not self.ssl_cafile:
+            raise ConfigError("ssl_client_auth needs ssl_cafile (the CAs client certificates chain to)")
+        unknown_mechanisms = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
+        if unknown_mechanisms:
+            raise ConfigError(f"sasl_enabled_mechanisms: unknown {', '.join(sorted(unknown_mechanisms))} "
+                              f"(known: {', '.join(SASL_MECHANISMS)})")
+        if any(listener.sasl for listener in listeners) and not self.sasl_mechanisms:
+            raise ConfigError("a SASL listener needs at least one of sasl_enabled_mechanisms")
+        if bool(self.sasl_bootstrap_user) != bool(self.sasl_bootstrap_password):
+            raise ConfigError("sasl_bootstrap_user and sasl_bootstrap_password go together")
+        for principal in self.super_user_set:
+            kind, sep, name = principal.partition(":")
+            if not sep or not kind or not name:
+                raise ConfigError(f"super_users: {principal!r} is not Type:name (User:admin)")
 
 
 def _parse_value(name: str, kind: type, raw: Any, source: str) -> Any:

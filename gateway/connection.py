@@ -12,6 +12,12 @@ its size prefix is read, before the body is buffered; responses are charged
 until sent. Whatever ends the connection, its budget account is closed and
 every byte returns. A connection idle past ``connections_max_idle_ms``, or
 stalled mid-request or mid-response past ``connection_stall_ms``, is closed.
+
+Authentication: on a SASL listener only ApiVersions, SaslHandshake and
+SaslAuthenticate are read until the session is authenticated, and a session past
+its lifetime (KIP-368) may only re-authenticate; anything else closes the
+connection, as Kafka does. A failed authentication is answered, then the
+connection closes.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from .budget import ByteBudget, RequestMemory, request_memory
 from .context import GatewayContext, current_peer
 from .handlers import REGISTRY, Handler
 from .handlers.api_versions import unsupported_version_response
+from .security.access import Session, current_session
 
 __all__ = ["Connection"]
 
@@ -41,6 +48,8 @@ log = logging.getLogger("kafscale.connection")
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 _SEND_CHUNK = 1 << 20  # a response goes out in pieces, each under the stall timeout
 _SIZE = struct.Struct(">i")
+_AUTH_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_BEFORE_AUTH_APIS = _AUTH_APIS | {ApiKey.API_VERSIONS}
 
 
 class _Slot:
@@ -58,9 +67,11 @@ class _Closing(Exception):
 
 
 class Connection:
-    def __init__(self, ctx: GatewayContext, stream: trio.abc.Stream, budget: ByteBudget, peer: str) -> None:
+    def __init__(self, ctx: GatewayContext, stream: trio.abc.Stream, budget: ByteBudget, peer: str,
+                 session: Session) -> None:
         self.ctx = ctx
         self.stream = stream
+        self.session = session
         self.account = budget.connection(ctx.config.connection_inflight_bytes)
         self.peer = peer
         self.reader_scope = trio.CancelScope()
@@ -156,8 +167,23 @@ class Connection:
             if handler is None:
                 self._violation(UnsupportedVersion(request.header.api_key, request.header.api_version))
                 return
+            refusal = self._refusal(request.header.api_key)
+            if refusal:
+                self._violation(ProtocolError(refusal))
+                return
             await self._queue(send_slots, slot)
             await nursery.start(self._handle, handler, request, slot)
+            if self.session.closing:
+                return  # answered (authentication failed); read nothing more
+
+    def _refusal(self, api_key: int) -> str | None:
+        """Why this request may not be served on this connection now, if it may not."""
+        session = self.session
+        if not session.authenticated and api_key not in _BEFORE_AUTH_APIS:
+            return f"{ApiKey(api_key).name} before SASL authentication"
+        if session.expired() and api_key not in _AUTH_APIS:
+            return "SASL session expired without re-authentication (connections_max_reauth_ms)"
+        return None
 
     async def _queue(self, send_slots, slot: _Slot) -> None:
         self.unanswered += 1
@@ -170,9 +196,10 @@ class Connection:
         back until the previous one is ACKed; with delayed ACKs that serialises a
         connection's requests behind each flush, defeating group commit.
         """
-        if _TCP_QUICKACK is not None and isinstance(self.stream, trio.SocketStream):
+        transport = getattr(self.stream, "transport_stream", self.stream)  # under TLS, the TCP stream
+        if _TCP_QUICKACK is not None and isinstance(transport, trio.SocketStream):
             try:
-                self.stream.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+                transport.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
             except OSError:
                 pass
 
@@ -190,7 +217,8 @@ class Connection:
                 task_status.started()
 
         api = handler.api_key.name
-        current_peer.set(self.peer.rsplit(":", 1)[0])
+        current_peer.set(self.session.host)
+        current_session.set(self.session)
         request_memory.set(slot.memory)
         self.ctx.metrics.requests.labels(api, str(request.header.api_version)).inc()
         started = time.perf_counter()

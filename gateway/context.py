@@ -1,15 +1,16 @@
-"""What every request handler can reach: config, partition logs, metrics."""
+"""What every request handler can reach: config, partition logs, metrics, access control."""
 
 from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass
 
-from .cluster.ownership import Ownership
+from .cluster.ownership import Broker, Ownership
 from .config import GatewayConfig
 from .groups import GroupCoordinator
 from .logs import LogManager
 from .metrics import Metrics
+from .security.access import Access, current_session
 
 __all__ = ["GatewayContext", "current_peer"]
 
@@ -23,6 +24,7 @@ class GatewayContext:
     logs: LogManager
     metrics: Metrics
     groups: GroupCoordinator
+    access: Access
     ready: bool = False
 
     @property
@@ -33,5 +35,11 @@ class GatewayContext:
     def node_id(self) -> int:
         return self.config.node_id
 
+    def address(self, broker: Broker) -> tuple[str, int]:
+        """The broker's address on the listener the current client came in on."""
+        session = current_session.get()
+        return broker.address(session.listener.name if session else None)
+
     def brokers(self) -> list[dict]:
-        return [dict(node_id=b.node_id, host=b.host, port=b.port, rack=None) for b in self.ownership.brokers()]
+        return [dict(node_id=b.node_id, host=host, port=port, rack=None)
+                for b in self.ownership.brokers() for host, port in [self.address(b)]]

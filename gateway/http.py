@@ -1,8 +1,10 @@
-"""A small HTTP/1.1 listener for /metrics (Prometheus), /healthz and /readyz."""
+"""A small HTTP/1.1 listener for /metrics (Prometheus), /healthz and /readyz, over TLS when
+``http_ssl`` is set (with the Kafka listeners' certificate, reloaded the same way)."""
 
 from __future__ import annotations
 
 import logging
+import ssl
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -10,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kafscale.protocol.layout import META_PREFIX
 
 from .context import GatewayContext
+from .security.tls import TlsContext
 
 __all__ = ["serve_http"]
 
@@ -78,8 +81,19 @@ async def _handle(ctx: GatewayContext, stream: trio.SocketStream) -> None:
         await trio.aclose_forcefully(stream)
 
 
-async def serve_http(ctx: GatewayContext, listeners, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve_http(ctx: GatewayContext, listeners, tls: TlsContext | None = None,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
     async def handler(stream):
+        if tls is not None:
+            stream = trio.SSLStream(stream, tls.context(), server_side=True)
+            with trio.move_on_after(10) as timer:
+                try:
+                    await stream.do_handshake()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError):
+                    timer.cancel()
+            if timer.cancel_called:
+                await trio.aclose_forcefully(stream)
+                return
         await _handle(ctx, stream)
 
     await trio.serve_listeners(handler, listeners, task_status=task_status)

@@ -39,6 +39,14 @@ class Metrics:
         self.rebalances = Counter(
             "kafscale_group_rebalances_total", "Consumer-group rebalances started", registry=self.registry
         )
+        self.authentications = Counter(
+            "kafscale_authentications_total", "SASL and TLS authentications", ["mechanism", "result"],
+            registry=self.registry,
+        )
+        self.authorization_denials = Counter(
+            "kafscale_authorization_denials_total", "Operations refused by the ACLs", ["operation", "resource_type"],
+            registry=self.registry,
+        )
         self.inflight_bytes = Gauge(
             "kafscale_inflight_request_bytes", "Request and unsent response bytes held for clients", registry=self.registry
         )

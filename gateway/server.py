@@ -4,7 +4,9 @@ and a graceful shutdown that flushes and answers what was accepted."""
 from __future__ import annotations
 
 import logging
+import ssl
 from dataclasses import dataclass, replace
+from functools import partial
 
 import trio
 
@@ -15,7 +17,8 @@ from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError
 from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, cluster_root
 from .cluster.membership import ClusterMember, ClusterStartError
-from .config import GatewayConfig
+from .cluster.ownership import Endpoint, SoleGateway
+from .config import GatewayConfig, Listener
 from .connection import Connection
 from .context import GatewayContext
 from .groups import GroupCoordinator, GroupStore
@@ -24,6 +27,9 @@ from .http import serve_http
 from .logs import LogManager
 from .metadata import EmbeddedMetadata, MetadataUnreadable
 from .metrics import Metrics
+from .security.access import Access, Session
+from .security.store import EmbeddedSecurity, EtcdSecurity
+from .security.tls import PrincipalMapper, TlsConfigError, TlsContext
 from .storage import AsyncStore
 
 __all__ = ["serve", "Running", "StartupError"]
@@ -58,14 +64,31 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         raise StartupError(f"cannot use storage {config.storage!r}: {exc}") from exc
     store = AsyncStore(backend, config.storage_threads)
 
-    # Listen first: the advertised port must be known before joining a cluster.
-    try:
-        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
-    except OSError as exc:
-        raise StartupError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
-    port = listeners[0].socket.getsockname()[1]
+    tls, mapper = None, None
+    if any(spec.tls for spec in config.kafka_listeners) or config.http_ssl:
+        try:
+            tls = TlsContext(config.ssl_certfile, config.ssl_keyfile, config.ssl_key_password, config.ssl_cafile,
+                             config.ssl_client_auth)
+            mapper = PrincipalMapper(config.ssl_principal_mapping_rules)
+        except TlsConfigError as exc:
+            raise StartupError(str(exc)) from exc
+
+    # Listen first: the advertised ports must be known before joining a cluster.
+    bound: list[tuple[Listener, list[trio.SocketListener]]] = []
+    for spec in config.kafka_listeners:
+        try:
+            sockets = await trio.open_tcp_listeners(spec.port, host=spec.host or None)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {spec.host}:{spec.port} ({spec.name}): {exc}") from exc
+        bound.append((replace(spec, port=sockets[0].socket.getsockname()[1]), sockets))
+    listeners = [socket for _, sockets in bound for socket in sockets]
+    port = bound[0][0].port
     if not config.advertised_port:
         config = replace(config, advertised_port=port)
+    named = config.advertised_endpoints
+    endpoints: tuple[Endpoint, ...] = tuple(
+        (spec.name, *named.get(spec.name, (config.advertised_host or spec.host, spec.port))) for spec, _ in bound[1:])
+    endpoints = ((bound[0][0].name, *config.advertised),) + endpoints
 
     metrics = Metrics()
     settings = GroupSettings(config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
@@ -76,18 +99,27 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()], config.etcd_timeout_ms)
         root = cluster_root(config.etcd_prefix, config.cluster_id)
         metadata = EtcdMetadata(etcd, root)
-        member = ClusterMember(config, etcd, metadata, root)
+        security: EmbeddedSecurity | EtcdSecurity = EtcdSecurity(etcd, root)
+        member = ClusterMember(config, etcd, metadata, root, endpoints)
+        member.view.security = security
         groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.coordinator_slots), settings,
                                   on_rebalance=lambda group_id: metrics.rebalances.inc())
         groups.use_slots(config.coordinator_slots)
         logs = LogManager(config, store, metadata, member)
     else:
         metadata = EmbeddedMetadata(store, config.namespace)
+        security = EmbeddedSecurity(store, config.namespace)
         groups = GroupCoordinator(GroupStore(store, config.namespace), settings,
                                   on_rebalance=lambda group_id: metrics.rebalances.inc())
-        logs = LogManager(config, store, metadata)
+        logs = LogManager(config, store, metadata, SoleGateway(config.node_id, *config.advertised, endpoints))
+    try:
+        access = Access(config, security, metrics)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read sasl_plain_users_file: {exc}") from exc
     try:
         await metadata.load()
+        await security.load()
+        await access.bootstrap()
         if member is None:
             await groups.load()
         await logs.start()
@@ -105,7 +137,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             await member.join()
         except ClusterStartError as exc:
             raise StartupError(str(exc)) from exc
-    ctx = GatewayContext(config, logs, metrics, groups)
+    ctx = GatewayContext(config, logs, metrics, groups, access)
     budget = ByteBudget(config.max_inflight_bytes)
     metrics.inflight_bytes.set_function(lambda: budget.used)
     connections: set[Connection] = set()
@@ -118,13 +150,20 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             raise StartupError(f"cannot listen on {config.http_host}:{config.http_port}: {exc}") from exc
     http_port = http_listeners[0].socket.getsockname()[1] if http_listeners else None
 
-    async def on_connection(stream: trio.SocketStream) -> None:
+    async def on_connection(stream: trio.SocketStream, spec: Listener) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
-            peer = "unknown"
-        connection = Connection(ctx, stream, budget, peer)
+            host, peer = "unknown", "unknown"
+        session = Session.start(spec, host)
+        if spec.tls:
+            assert tls is not None and mapper is not None
+            secured = await _tls_handshake(stream, tls, mapper, session, access, config.connection_stall_ms)
+            if secured is None:
+                return
+            stream = secured
+        connection = Connection(ctx, stream, budget, peer, session)
         connections.add(connection)
         ctx.metrics.connections.inc()
         try:
@@ -142,19 +181,23 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             await root.start(member.run)
             root.start_soon(mirror_catalog, metadata, store, config.namespace)
         if http_listeners:
-            root.start_soon(serve_http, ctx, http_listeners)
+            root.start_soon(serve_http, ctx, http_listeners, tls if config.http_ssl else None)
         async with trio.open_nursery() as clients:
             accept_scope = trio.CancelScope()
 
             async def accept() -> None:
                 with accept_scope:
-                    await trio.serve_listeners(on_connection, listeners, handler_nursery=clients)
+                    async with trio.open_nursery() as acceptors:
+                        for spec, sockets in bound:
+                            acceptors.start_soon(partial(trio.serve_listeners, partial(on_connection, spec=spec),
+                                                         sockets, handler_nursery=clients))
 
             clients.start_soon(accept)
             ctx.ready = True
-            log.info("serving Kafka on %s:%d (advertised %s:%d), storage %s, http %s",
-                     config.host, port, *config.advertised, backend.describe(),
-                     f"{config.http_host}:{http_port}" if http_port else "off")
+            log.info("serving Kafka on %s, storage %s, http %s, authorizer %s",
+                     ", ".join(f"{spec.name}://{spec.host}:{spec.port} (advertised {host}:{port})"
+                               for (spec, _), (_, host, port) in zip(bound, endpoints, strict=True)),
+                     backend.describe(), f"{config.http_host}:{http_port}" if http_port else "off", config.authorizer)
             task_status.started(Running(port, http_port, ctx, budget))
             await shutdown.wait()
 
@@ -178,3 +221,30 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     if etcd is not None:
         await etcd.aclose()
     log.info("stopped")
+
+
+async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: PrincipalMapper, session: Session,
+                         access: Access, stall_ms: int) -> trio.SSLStream | None:
+    """The TLS stream of a new connection, its principal taken from the client certificate
+    (when one was sent); None, the connection closed, when the handshake fails."""
+    secured = trio.SSLStream(stream, tls.context(), server_side=True)
+    reason = None
+    with trio.move_on_after(stall_ms / 1000) as timer:
+        try:
+            await secured.do_handshake()
+            certificate = secured.getpeercert(binary_form=True)
+            if certificate:
+                principal = mapper.principal(certificate)
+                if principal is None:
+                    reason = "no ssl_principal_mapping_rules rule matches the client certificate"
+                else:
+                    session.principal = principal
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, ValueError) as exc:
+            reason = str(exc.__cause__ or exc) or type(exc).__name__
+    if timer.cancelled_caught:
+        reason = f"no TLS handshake within {stall_ms} ms"
+    if reason is None:
+        return secured
+    access.tls_failed(session.listener, session.host, reason)
+    await trio.aclose_forcefully(secured)
+    return None

@@ -47,6 +47,11 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,8 @@ class VersionRange:
 # What we decode and answer: every version Apache Kafka 3.9 serves (so clients that infer
 # the broker's version from ApiVersions, kafka-python, see 3.9), the old ones kio no longer
 # generates through legacy.py; except Produce v0-2 and Fetch v0-3, which carry the pre-v2
-# message formats (docs/compatibility.md says why they are refused).
+# message formats (docs/compatibility.md says why they are refused), and SaslHandshake v0, whose
+# tokens travel as raw frames outside the Kafka protocol (SCRAM clients all use v1).
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.PRODUCE: VersionRange(3, 11),
     ApiKey.FETCH: VersionRange(4, 17),
@@ -76,6 +82,7 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.SYNC_GROUP: VersionRange(0, 5),
     ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
     ApiKey.LIST_GROUPS: VersionRange(0, 5),
+    ApiKey.SASL_HANDSHAKE: VersionRange(1, 1),
     ApiKey.API_VERSIONS: VersionRange(0, 4),
     ApiKey.CREATE_TOPICS: VersionRange(0, 7),
     ApiKey.DELETE_TOPICS: VersionRange(0, 6),
@@ -94,6 +101,12 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE: VersionRange(0, 0),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
+    ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
+    ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),  # v0 (no pattern types) is pre-2.0 and not in kio
+    ApiKey.CREATE_ACLS: VersionRange(1, 3),
+    ApiKey.DELETE_ACLS: VersionRange(1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
 }
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "segment_partition",
     "parse_segment_key",
     "topics_key",
+    "security_key",
     "LOG_PREFIX",
     "log_prefix",
     "log_object_key",
@@ -31,6 +32,7 @@ _LOG_OBJECT = re.compile(r"/~log/((\d+)-[0-9a-f]+)/(\d{20})\.kfl$")
 # '~' cannot appear in a Kafka topic name, so this prefix never collides with a topic.
 META_PREFIX = "~meta"
 TOPICS_DOCUMENT = "topics.json"
+SECURITY_DOCUMENT = "security.json"  # SCRAM credentials (salted) and ACLs of a single gateway
 # Shared log objects: {namespace}/~log/{writer}/{sequence:020d}.kfl, where a writer is one
 # run of one gateway, "{node id}-{incarnation}" (incarnation: hex, unique per start).
 LOG_PREFIX = "~log"
@@ -38,6 +40,10 @@ LOG_PREFIX = "~log"
 
 def topics_key(namespace: str) -> str:
     return f"{namespace}/{META_PREFIX}/{TOPICS_DOCUMENT}"
+
+
+def security_key(namespace: str) -> str:
+    return f"{namespace}/{META_PREFIX}/{SECURITY_DOCUMENT}"
 
 
 def topic_prefix(namespace: str, topic: str) -> str:

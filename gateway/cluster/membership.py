@@ -32,7 +32,7 @@ from kafscale.protocol.errors import KafkaError
 from ..config import GatewayConfig
 from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
 from .etcd_metadata import EtcdMetadata
-from .ownership import GROUP_UNIT, Broker, coordinator_unit
+from .ownership import GROUP_UNIT, Broker, Endpoint, coordinator_unit
 from .placement import Placement
 from .view import ClusterView, Owner
 
@@ -55,10 +55,11 @@ def _unit_key(unit: tuple[str, int]) -> str:
 
 
 class ClusterMember:
-    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, root: str) -> None:
+    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, root: str,
+                 endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = config.node_id
         host, port = config.advertised
-        self.me = Broker(config.node_id, host, port)
+        self.me = Broker(config.node_id, host, port, endpoints)
         self._etcd = etcd
         self._metadata = metadata
         self._root = root
@@ -132,7 +133,8 @@ class ClusterMember:
         """A new lease, then this gateway's broker key under it. The node id of a gateway that
         just died stays taken until its lease runs out: wait that long, then give up."""
         key = f"{self._root}brokers/{self.node_id}"
-        value = json.dumps({"host": self.me.host, "port": self.me.port}).encode()
+        value = json.dumps({"host": self.me.host, "port": self.me.port,
+                            "listeners": [list(endpoint) for endpoint in self.me.endpoints]}).encode()
         deadline = trio.current_time() + wait_s
         while True:
             sent = trio.current_time()

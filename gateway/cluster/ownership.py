@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ..groups.store import slot_of
 
-__all__ = ["Broker", "Ownership", "SoleGateway", "GROUP_UNIT", "group_unit"]
+__all__ = ["Broker", "Endpoint", "Ownership", "SoleGateway", "GROUP_UNIT", "group_unit"]
 
 # Units are (topic, partition); group-coordinator slots are units of this pseudo topic
 # ('~' is not legal in topic names, so it cannot collide).
@@ -23,11 +23,23 @@ def group_unit(slot: int) -> tuple[str, int]:
     return (GROUP_UNIT, slot)
 
 
+Endpoint = tuple[str, str, int]  # (listener name, advertised host, port)
+
+
 @dataclass(frozen=True, slots=True)
 class Broker:
     node_id: int
-    host: str
+    host: str  # the first listener's advertised address
     port: int
+    endpoints: tuple[Endpoint, ...] = ()  # every listener's
+
+    def address(self, listener: str | None) -> tuple[str, int]:
+        """Where a client that came in on ``listener`` reaches this broker (Kafka answers
+        Metadata and FindCoordinator with the endpoint of the client's own listener)."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 class Ownership(Protocol):
@@ -44,9 +56,9 @@ class Ownership(Protocol):
 class SoleGateway:
     """One gateway: it leads every partition (epoch 0) and coordinates every group."""
 
-    def __init__(self, node_id: int, host: str, port: int) -> None:
+    def __init__(self, node_id: int, host: str, port: int, endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = node_id
-        self.me = Broker(node_id, host, port)
+        self.me = Broker(node_id, host, port, endpoints)
 
     def brokers(self) -> list[Broker]:
         return [self.me]

@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -19,11 +20,14 @@ from .etcd import EtcdClient, EtcdError, KeyValue
 from .etcd_metadata import EtcdMetadata
 from .ownership import Broker
 
-__all__ = ["ClusterView", "Owner", "BROKERS", "OWNERS", "TOPICS"]
+if TYPE_CHECKING:
+    from ..security.store import EtcdSecurity
+
+__all__ = ["ClusterView", "Owner", "BROKERS", "OWNERS", "TOPICS", "SECURITY"]
 
 log = logging.getLogger("kafscale.cluster")
 
-BROKERS, OWNERS, TOPICS = "brokers/", "owners/", "topics/"
+BROKERS, OWNERS, TOPICS, SECURITY = "brokers/", "owners/", "topics/", "security/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +47,19 @@ class ClusterView:
         self._retry_s = retry_s
         self.brokers: dict[int, Broker] = {}
         self.owners: dict[tuple[str, int], Owner] = {}
+        self.security: EtcdSecurity | None = None  # credentials and ACLs, followed once set
+
+    @property
+    def _parts(self) -> tuple[str, ...]:
+        return (BROKERS, OWNERS, TOPICS) + ((SECURITY,) if self.security is not None else ())
 
     async def read_all(self) -> None:
-        for part in (BROKERS, OWNERS, TOPICS):
+        for part in self._parts:
             await self._read(part)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
-            for part in (BROKERS, OWNERS, TOPICS):
+            for part in self._parts:
                 nursery.start_soon(self._follow, part)
 
     async def _read(self, part: str) -> int:
@@ -59,6 +68,9 @@ class ClusterView:
             self.brokers = dict(map(self._broker, kvs))
         elif part == OWNERS:
             self.owners = dict(map(self._owner, kvs))
+        elif part == SECURITY:
+            assert self.security is not None
+            self.security.replace(kvs)
         else:
             self._metadata.replace(kvs, revision)
         return revision
@@ -66,6 +78,9 @@ class ClusterView:
     def _apply(self, part: str, kv: KeyValue, deleted: bool) -> None:
         if part == TOPICS:
             self._metadata.apply(kv, deleted)
+        elif part == SECURITY:
+            assert self.security is not None
+            self.security.apply(kv, deleted)
         elif part == BROKERS:
             if deleted:
                 self.brokers.pop(self._node_id(kv), None)
@@ -104,7 +119,8 @@ class ClusterView:
     def _broker(self, kv: KeyValue) -> tuple[int, Broker]:
         data = json.loads(kv.value)
         node_id = self._node_id(kv)
-        return node_id, Broker(node_id, data["host"], int(data["port"]))
+        endpoints = tuple((str(name), str(host), int(port)) for name, host, port in data.get("listeners", []))
+        return node_id, Broker(node_id, data["host"], int(data["port"]), endpoints)
 
     def _unit(self, kv: KeyValue) -> tuple[str, int]:
         topic, _, partition = kv.key[len(self._root + OWNERS):].rpartition("/")

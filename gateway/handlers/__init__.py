@@ -1,6 +1,7 @@
 """Request handlers, one module per API family; importing this package registers them all."""
 
 from . import (  # noqa: F401
+    acls,
     admin,
     api_versions,
     configs,
@@ -14,6 +15,8 @@ from . import (  # noqa: F401
     produce,
     producer_ids,
     replicas,
+    sasl,
+    scram_users,
     topics,
 )
 from .base import REGISTRY, Handler, advertised_versions

@@ -89,6 +89,5 @@ def leader_hint(ctx, topic: str, partition: int) -> tuple[dict, list[dict]]:
     if leader is None:
         return dict(leader_id=-1, leader_epoch=-1), []
     node_id, epoch = leader
-    endpoints = [dict(node_id=b.node_id, host=b.host, port=b.port, rack=None)
-                 for b in ctx.ownership.brokers() if b.node_id == node_id]
+    endpoints = [endpoint for endpoint in ctx.brokers() if endpoint["node_id"] == node_id]
     return dict(leader_id=node_id, leader_epoch=epoch), endpoints

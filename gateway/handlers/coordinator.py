@@ -27,7 +27,8 @@ def _entry(ctx, key: str, key_type: int) -> dict:
     if broker is None:
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
                     error_message="the group's coordinator is moving; retry")
-    return dict(key=key, node_id=broker.node_id, host=broker.host, port=broker.port, error_code=ErrorCode.none,
+    host, port = ctx.address(broker)
+    return dict(key=key, node_id=broker.node_id, host=host, port=port, error_code=ErrorCode.none,
                 error_message=None)
 
 

@@ -1,0 +1,45 @@
+"""SaslHandshake (17) and SaslAuthenticate (36): SASL PLAIN and SCRAM over Kafka frames.
+
+Both are ordered: the connection reads nothing else until one is answered, so a
+session is authenticated (or closing) before the next request is looked at.
+SaslHandshake v0, whose tokens follow as raw frames outside the Kafka protocol, is
+not served: every client that speaks SCRAM uses v1 (Kafka 1.0+).
+"""
+
+from __future__ import annotations
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from ..security.access import current_session
+from .base import register, respond
+
+
+def _handshake_error(request: Request, code: ErrorCode):
+    return respond(request, dict(error_code=code, mechanisms=[]))
+
+
+@register(ApiKey.SASL_HANDSHAKE, error=_handshake_error, ordered=True)
+async def handle_sasl_handshake(ctx, request: Request, admitted):
+    session = current_session.get()
+    code = ctx.access.handshake(session, request.body.mechanism)
+    return respond(request, dict(error_code=code, mechanisms=list(ctx.access.mechanisms)))
+
+
+def _authenticate_error(request: Request, code: ErrorCode, message: str | None = None):
+    session = current_session.get()
+    if session is not None:
+        session.closing = True  # any failure ends the connection, as in Kafka
+    return respond(request, dict(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0))
+
+
+@register(ApiKey.SASL_AUTHENTICATE, error=_authenticate_error, ordered=True)
+async def handle_sasl_authenticate(ctx, request: Request, admitted):
+    session = current_session.get()
+    try:
+        token, lifetime_ms = await ctx.access.authenticate(session, request.body.auth_bytes)
+    except KafkaError as exc:
+        return _authenticate_error(request, exc.code, str(exc))
+    return respond(request, dict(error_code=ErrorCode.none, error_message=None, auth_bytes=token,
+                                 session_lifetime=lifetime_ms))

@@ -1,0 +1,197 @@
+"""Who a connection is and what it may do: the gateway's authenticator and authorizer.
+
+:class:`Session` is one connection's state (listener, principal, SASL progress);
+handlers reach it through ``current_session``. :class:`Access` is the gateway's:
+the credential and ACL store, the SASL mechanisms, the ACL decisions.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hmac
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+import trio
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+
+from ..config import GatewayConfig, Listener
+from ..metrics import Metrics
+from .acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
+from .plain import parse_plain
+from .scram import MECHANISMS, AuthenticationFailed, ScramExchange, make_credential
+from .store import SecurityStore
+
+__all__ = ["Session", "Access", "current_session", "ANONYMOUS", "load_plain_users"]
+
+log = logging.getLogger("kafscale.security")
+
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass
+class Session:
+    """One connection's identity. On a SASL listener it starts unauthenticated."""
+
+    listener: Listener
+    host: str
+    principal: str = ANONYMOUS
+    authenticated: bool = True
+    mechanism: str | None = None  # chosen by the last SaslHandshake
+    exchange: ScramExchange | None = field(default=None, repr=False)
+    expires_at: float | None = None  # trio time the SASL session ends (KIP-368)
+    reauthenticating: bool = False
+    closing: bool = False  # answer the current request, then close
+
+    @classmethod
+    def start(cls, listener: Listener, host: str) -> Session:
+        return cls(listener, host, authenticated=not listener.sasl)
+
+    def expired(self) -> bool:
+        return self.expires_at is not None and trio.current_time() >= self.expires_at
+
+
+current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("current_session", default=None)
+
+
+def load_plain_users(path: str) -> dict[str, str]:
+    """``user=password`` lines ('#' comments, blank lines ignored)."""
+    users = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            user, sep, password = line.partition("=")
+            if not sep or not user.strip() or not password:
+                raise ValueError(f"{path}:{number}: expected user=password")
+            users[user.strip()] = password
+    return users
+
+
+class Access:
+    def __init__(self, config: GatewayConfig, store: SecurityStore, metrics: Metrics) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.mechanisms = config.sasl_mechanisms
+        self.plain_users = load_plain_users(config.sasl_plain_users_file) if config.sasl_plain_users_file else {}
+        self._decoy_key = secrets.token_bytes(32)
+        self.enforcing = config.authorizer == "acl"
+        self.authorizer = Authorizer((), config.super_user_set, config.allow_everyone_if_no_acl_found)
+        store.on_change = self._acls_changed
+
+    def _acls_changed(self) -> None:
+        if tuple(self.store.acls.values()) != self.authorizer.acls:
+            self.authorizer = Authorizer(self.store.acls.values(), self.config.super_user_set,
+                                         self.config.allow_everyone_if_no_acl_found)
+
+    async def bootstrap(self) -> None:
+        """Give the configured first user SCRAM credentials, unless it has some already."""
+        user, password = self.config.sasl_bootstrap_user, self.config.sasl_bootstrap_password
+        if not user or self.store.users.get(user):
+            return
+        await self.store.alter_user(user, [make_credential(mechanism, password) for mechanism in MECHANISMS])
+        log.info("created SCRAM credentials for bootstrap user %s", user)
+
+    # -- authentication --------------------------------------------------------------------
+
+    def handshake(self, session: Session, mechanism: str) -> ErrorCode:
+        if not session.listener.sasl:
+            session.closing = True
+            return ErrorCode.illegal_sasl_state
+        if session.authenticated:
+            if session.mechanism is None or mechanism != session.mechanism:
+                session.closing = True  # KIP-368: re-authenticate with the same mechanism
+                return ErrorCode.illegal_sasl_state if session.mechanism is None else ErrorCode.unsupported_sasl_mechanism
+            session.reauthenticating = True
+        if mechanism not in self.mechanisms:
+            self._failed(session, mechanism, "unsupported mechanism")
+            return ErrorCode.unsupported_sasl_mechanism
+        session.mechanism = mechanism
+        session.exchange = None
+        return ErrorCode.none
+
+    async def authenticate(self, session: Session, token: bytes) -> tuple[bytes, int]:
+        """One SaslAuthenticate step: the server's token and, once done, the session lifetime
+        in ms (0: unlimited). Raises KafkaError(SASL_AUTHENTICATION_FAILED) after the delay."""
+        mechanism = session.mechanism
+        if mechanism is None or (session.authenticated and not session.reauthenticating):
+            session.closing = True
+            raise KafkaError(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake")
+        try:
+            if mechanism == "PLAIN":
+                user, password = parse_plain(token)
+                if not self._plain_matches(user, password):
+                    raise AuthenticationFailed("authentication failed: invalid user name or password")
+                return b"", self._authenticated(session, user)
+            if session.exchange is None:
+                session.exchange = ScramExchange(mechanism, lambda name: self.store.credential(name, mechanism),
+                                                 self._decoy_key)
+                return session.exchange.first(token), 0
+            server_final = session.exchange.final(token)
+            return server_final, self._authenticated(session, session.exchange.username or "")
+        except AuthenticationFailed as exc:
+            self._failed(session, mechanism, str(exc))
+            await trio.sleep(self.config.auth_failure_delay_ms / 1000)
+            raise KafkaError(ErrorCode.sasl_authentication_failed, str(exc)) from None
+
+    def _plain_matches(self, user: str, password: str) -> bool:
+        expected = self.plain_users.get(user)
+        if expected is not None:
+            return hmac.compare_digest(expected.encode(), password.encode())
+        credentials = self.store.users.get(user, {})
+        return any(credential.matches(password) for credential in credentials.values())
+
+    def _authenticated(self, session: Session, user: str) -> int:
+        principal = f"User:{user}"
+        if session.reauthenticating and principal != session.principal:
+            session.closing = True
+            raise AuthenticationFailed("re-authentication must keep the same user")
+        session.principal, session.authenticated, session.reauthenticating = principal, True, False
+        session.exchange = None
+        lifetime = self.config.connections_max_reauth_ms
+        session.expires_at = trio.current_time() + lifetime / 1000 if lifetime else None
+        self.metrics.authentications.labels(session.mechanism or "", "success").inc()
+        return lifetime
+
+    def _failed(self, session: Session, mechanism: str, reason: str) -> None:
+        session.closing = True
+        self.metrics.authentications.labels(mechanism[:32], "failure").inc()
+        log.warning("authentication failed from %s on %s with %s: %s", session.host, session.listener.name,
+                    mechanism[:32], reason)
+
+    def tls_failed(self, listener: Listener, host: str, reason: str) -> None:
+        self.metrics.authentications.labels("TLS", "failure").inc()
+        log.warning("TLS handshake failed from %s on %s: %s", host, listener.name, reason)
+
+    # -- authorization ---------------------------------------------------------------------
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        if not self.enforcing:
+            return True
+        session = current_session.get()
+        if session is None:  # not a client request (internal work)
+            return True
+        if self.authorizer.authorize(session.principal, session.host, operation, resource_type, name):
+            return True
+        self.metrics.authorization_denials.labels(operation.name, resource_type.name).inc()
+        log.info("denied %s %s on %s %s from %s", session.principal, operation.name, resource_type.name, name,
+                 session.host)
+        return False
+
+    def allowed_cluster(self, operation: Operation) -> bool:
+        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def require_cluster(self, operation: Operation) -> None:
+        if not self.allowed_cluster(operation):
+            raise KafkaError(ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is not allowed")
+
+    def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        if not self.enforcing:
+            return True
+        session = current_session.get()
+        return session is None or self.authorizer.allowed_any(session.principal, session.host, operation,
+                                                              resource_type)
