@@ -9,6 +9,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation
 from .base import check_leader_epoch, register, respond
 
 
@@ -22,7 +23,9 @@ async def handle_create_partitions(ctx, request: Request):
     results = []
     for topic in request.body.topics:
         info = ctx.logs.topics().get(topic.name)
-        if info is None:
+        if not ctx.access.allowed_topic(Operation.ALTER, topic.name):
+            code, message = ErrorCode.topic_authorization_failed, "ALTER is not allowed"
+        elif info is None:
             code, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {topic.name!r}"
         elif topic.count <= info.partitions:
             code, message = ErrorCode.invalid_partitions, (
@@ -55,6 +58,7 @@ async def handle_delete_records(ctx, request: Request):
         rows = []
         for part in topic.partitions:
             try:
+                ctx.access.require_topic(Operation.DELETE, topic.name)
                 low = await ctx.logs.delete_records(topic.name, part.partition_index, part.offset)
                 rows.append(dict(partition_index=part.partition_index, low_watermark=low, error_code=ErrorCode.none))
             except KafkaError as exc:
@@ -77,6 +81,7 @@ async def handle_offset_for_leader_epoch(ctx, request: Request):
         rows = []
         for part in topic.partitions:
             try:
+                ctx.access.require_topic(Operation.DESCRIBE, topic.topic)
                 partition_log = await ctx.logs.get(topic.topic, part.partition)
             except KafkaError as exc:
                 rows.append(dict(error_code=exc.code, partition=part.partition, leader_epoch=-1, end_offset=-1))
@@ -108,6 +113,7 @@ async def handle_describe_cluster(ctx, request: Request):
 
 @register(ApiKey.DESCRIBE_LOG_DIRS, error=lambda request, code: respond(request, dict(error_code=code, results=[])))
 async def handle_describe_log_dirs(ctx, request: Request):
+    ctx.access.require_cluster(Operation.DESCRIBE)
     known = ctx.logs.topics()
     if request.body.topics is None:
         wanted = [(name, list(range(info.partitions))) for name, info in sorted(known.items())]

@@ -7,6 +7,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation
 from ..topic_configs import (
     DEFAULT_CONFIG,
     LIST_CONFIGS,
@@ -93,7 +94,12 @@ async def handle_describe_configs(ctx, request: Request):
         keys = set(resource.configuration_keys) if resource.configuration_keys else None
         entries = []
         code, message = ErrorCode.none, None
-        if resource.resource_type == TOPIC:
+        if resource.resource_type == TOPIC and not ctx.access.allowed_topic(Operation.DESCRIBE_CONFIGS,
+                                                                             resource.resource_name):
+            code, message = ErrorCode.topic_authorization_failed, "DESCRIBE_CONFIGS is not allowed"
+        elif resource.resource_type == BROKER and not ctx.access.allowed_cluster(Operation.DESCRIBE_CONFIGS):
+            code, message = ErrorCode.cluster_authorization_failed, "DESCRIBE_CONFIGS is not allowed"
+        elif resource.resource_type == TOPIC:
             info = ctx.logs.topics().get(resource.resource_name)
             if info is None:
                 code, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}"
@@ -159,6 +165,7 @@ async def _alter(ctx, request: Request, incremental: bool):
                 raise KafkaError(ErrorCode.invalid_request, "broker configs are read-only; use the gateway's options")
             if resource.resource_type != TOPIC:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
+            ctx.access.require_topic(Operation.ALTER_CONFIGS, resource.resource_name)
             info = ctx.logs.topics().get(resource.resource_name)
             if info is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}")

@@ -9,6 +9,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation
 from .base import register, respond
 
 GROUP = 0
@@ -20,6 +21,9 @@ def _keys(request: Request) -> list[str]:
 
 
 def _entry(ctx, key: str, key_type: int) -> dict:
+    if key_type == GROUP and not ctx.access.allowed_group(Operation.DESCRIBE, key):
+        return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.group_authorization_failed,
+                    error_message="DESCRIBE on the group is not allowed")
     if key_type != GROUP:
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
                     error_message="only consumer-group coordinators are available")

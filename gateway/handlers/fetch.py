@@ -18,6 +18,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..budget import RequestMemory, request_memory
+from ..security.acl import Operation
 from .base import check_leader_epoch, leader_hint, register, respond
 
 
@@ -91,6 +92,10 @@ async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
         for part in topic.partitions:
             if name is None:
                 partitions.append(_partition(part.partition, ErrorCode.unknown_topic_id))
+                errors = True
+                continue
+            if not ctx.access.allowed_topic(Operation.READ, name):
+                partitions.append(_partition(part.partition, ErrorCode.topic_authorization_failed))
                 errors = True
                 continue
             try:

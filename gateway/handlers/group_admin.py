@@ -7,6 +7,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..groups.coordinator import GroupState
+from ..security.acl import Operation
 from .base import register, respond
 
 
@@ -22,6 +23,7 @@ async def handle_describe_groups(ctx, request: Request):
     described = []
     for group_id in request.body.groups:
         try:
+            ctx.access.require_group(Operation.DESCRIBE, group_id)
             ctx.groups.check_coordinator(group_id)
         except KafkaError as exc:
             described.append(dict(error_code=exc.code, group_id=group_id, group_state="", protocol_type="",
@@ -52,11 +54,13 @@ async def handle_list_groups(ctx, request: Request):
     types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}
     if types and "classic" not in types:
         return respond(request, dict(error_code=ErrorCode.none, groups=[]))
+    everything = ctx.access.allowed_cluster(Operation.DESCRIBE, quiet=True)  # else: the groups it may describe
     groups = [
         dict(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
              group_type="classic")
         for g in sorted(ctx.groups.groups.values(), key=lambda g: g.group_id)
         if g.state != GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
+        and (everything or ctx.access.allowed_group(Operation.DESCRIBE, g.group_id, quiet=True))
     ]
     return respond(request, dict(error_code=ErrorCode.none, groups=groups))
 
@@ -67,6 +71,7 @@ async def handle_delete_groups(ctx, request: Request):
     results = []
     for group_id in request.body.groups_names:
         try:
+            ctx.access.require_group(Operation.DELETE, group_id)
             await ctx.groups.delete_group(group_id)
             code = ErrorCode.none
         except KafkaError as exc:

@@ -8,6 +8,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import current_peer
+from ..security.acl import Operation
 from .base import register, respond
 
 
@@ -26,6 +27,7 @@ def _join_timeout(request: Request) -> float:
 
 @register(ApiKey.JOIN_GROUP, error=_join_error, timeout=_join_timeout)
 async def handle_join_group(ctx, request: Request):
+    ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body
     version = request.header.api_version
     session = to_millis(body.session_timeout)
@@ -53,6 +55,7 @@ def _sync_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.SYNC_GROUP, error=_sync_error, timeout=lambda request: 300.0)
 async def handle_sync_group(ctx, request: Request):
+    ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body
     try:
         result = await ctx.groups.sync(
@@ -72,6 +75,7 @@ def _heartbeat_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.HEARTBEAT, error=_heartbeat_error)
 async def handle_heartbeat(ctx, request: Request):
+    ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body
     try:
         ctx.groups.heartbeat(group_id=body.group_id, member_id=body.member_id, generation=body.generation_id,
@@ -97,6 +101,7 @@ def _leave_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.LEAVE_GROUP, error=_leave_error)
 async def handle_leave_group(ctx, request: Request):
+    ctx.access.require_group(Operation.READ, request.body.group_id)
     results = ctx.groups.leave(request.body.group_id, _leaving(request))
     members = [dict(member_id=m, group_instance_id=i, error_code=code) for m, i, code in results]
     if request.header.api_version < 3:

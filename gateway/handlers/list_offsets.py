@@ -6,6 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation
 from ..timestamps import max_timestamp_offset, offset_for_timestamp
 from .base import check_leader_epoch, register, respond
 
@@ -34,6 +35,7 @@ async def handle_list_offsets(ctx, request: Request):
         partitions = []
         for part in topic.partitions:
             try:
+                ctx.access.require_topic(Operation.DESCRIBE, topic.name)
                 partition_log = await ctx.logs.get(topic.name, part.partition_index)
                 check_leader_epoch(partition_log.epoch, getattr(part, "current_leader_epoch", None))
                 partitions.append(await _lookup(partition_log, part.partition_index, part.timestamp))

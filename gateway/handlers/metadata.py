@@ -1,4 +1,8 @@
-"""Metadata (3): brokers, topics and partition leaders; auto-creates topics when allowed."""
+"""Metadata (3): brokers, topics and partition leaders; auto-creates topics when allowed.
+
+With ACLs, a principal sees only the topics it may DESCRIBE: asked for all topics, the
+others are left out; named, they are TOPIC_AUTHORIZATION_FAILED (by id: UNKNOWN_TOPIC_ID,
+so ids reveal nothing). Auto-creation needs CREATE on the cluster or the topic."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation
 from .base import register, respond
 
 
@@ -60,9 +65,11 @@ async def handle_metadata(ctx, request: Request):
     requested = body.topics
     all_topics = requested is None or (version == 0 and not requested)
     known = ctx.logs.topics()
+    may_describe = ctx.access.allowed_topic
     if all_topics:
         return await _response(ctx, request, [await _topic_entry(ctx, info)
-                                        for info in sorted(known.values(), key=lambda i: i.name)])
+                                              for info in sorted(known.values(), key=lambda i: i.name)
+                                              if may_describe(Operation.DESCRIBE, info.name, quiet=True)])
     by_id = {info.topic_id: info for info in known.values()}
     allow_create = getattr(body, "allow_auto_topic_creation", True)
     entries = []
@@ -71,10 +78,16 @@ async def handle_metadata(ctx, request: Request):
         topic_id = getattr(wanted, "topic_id", None)
         if name is None and topic_id is not None and topic_id.int != 0:
             info = by_id.get(topic_id)
-            entries.append(await _topic_entry(ctx, info) if info
+            entries.append(await _topic_entry(ctx, info) if info and may_describe(Operation.DESCRIBE, info.name)
                            else _error_topic(request, None, topic_id, ErrorCode.unknown_topic_id))
             continue
+        if not may_describe(Operation.DESCRIBE, name):
+            entries.append(_error_topic(request, name, None, ErrorCode.topic_authorization_failed))
+            continue
         info = known.get(name)
+        if info is None and allow_create and not ctx.access.may_create_topic(name):
+            entries.append(_error_topic(request, name, None, ErrorCode.topic_authorization_failed))
+            continue
         if info is None and allow_create:
             try:
                 info = await ctx.logs.ensure_topic(name)

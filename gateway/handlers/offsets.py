@@ -10,6 +10,7 @@ from kafscale.protocol.messages import Request
 
 from ..groups.coordinator import GroupState, now_ms
 from ..groups.store import CommittedOffset
+from ..security.acl import Operation
 from .base import register, respond
 
 
@@ -23,6 +24,8 @@ def _commit_error(request: Request, code: ErrorCode):
 @register(ApiKey.OFFSET_COMMIT, error=_commit_error)
 async def handle_offset_commit(ctx, request: Request):
     body = request.body
+    if not ctx.access.allowed_group(Operation.READ, body.group_id):
+        return _commit_error(request, ErrorCode.group_authorization_failed)
     try:
         group = ctx.groups.check_commit(body.group_id, body.member_id, body.generation_id_or_member_epoch,
                                         getattr(body, "group_instance_id", None))
@@ -35,9 +38,12 @@ async def handle_offset_commit(ctx, request: Request):
     for topic in body.topics:
         partitions = []
         info = topics.get(topic.name)
+        readable = ctx.access.allowed_topic(Operation.READ, topic.name)
         for part in topic.partitions:
             metadata = part.committed_metadata
-            if info is None or not 0 <= part.partition_index < info.partitions:
+            if not readable:
+                code = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= part.partition_index < info.partitions:
                 code = ErrorCode.unknown_topic_or_partition
             elif metadata is not None and len(metadata.encode()) > ctx.groups.settings.max_metadata_bytes:
                 code = ErrorCode.offset_metadata_too_large
@@ -53,17 +59,25 @@ async def handle_offset_commit(ctx, request: Request):
 
 
 def _fetch_topics(ctx, group_id: str, requested) -> list[dict]:
+    ctx.access.require_group(Operation.DESCRIBE, group_id)
     committed = ctx.groups.committed(group_id)
-    if requested is None:  # every committed offset of the group
+    may_describe = ctx.access.allowed_topic
+    if requested is None:  # every committed offset of the group (of topics the principal may see)
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
-            wanted.setdefault(topic, []).append(partition)
+            if may_describe(Operation.DESCRIBE, topic, quiet=True):
+                wanted.setdefault(topic, []).append(partition)
         requested_pairs = list(wanted.items())
     else:
         requested_pairs = [(t.name, list(t.partition_indexes)) for t in requested]
     topics = []
     for name, partitions in requested_pairs:
         rows = []
+        if not may_describe(Operation.DESCRIBE, name):
+            topics.append(dict(name=name, partitions=[
+                dict(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                     error_code=ErrorCode.topic_authorization_failed) for p in partitions]))
+            continue
         for partition in partitions:
             item = committed.get((name, partition))
             # Nothing committed is -1 (never 0): clients then apply auto.offset.reset.
@@ -93,7 +107,11 @@ async def handle_offset_fetch(ctx, request: Request):
             except KafkaError as exc:
                 groups.append(dict(group_id=g.group_id, topics=[], error_code=exc.code))
         return respond(request, dict(groups=groups))
-    return respond(request, dict(topics=_fetch_topics(ctx, body.group_id, body.topics), error_code=ErrorCode.none))
+    try:
+        topics = _fetch_topics(ctx, body.group_id, body.topics)
+    except KafkaError as exc:
+        return _fetch_error(request, exc.code)
+    return respond(request, dict(topics=topics, error_code=ErrorCode.none))
 
 
 def _subscribed_topics(metadata: bytes) -> set[str]:
@@ -117,6 +135,7 @@ def _delete_error(request: Request, code: ErrorCode):
 @register(ApiKey.OFFSET_DELETE, error=_delete_error)
 async def handle_offset_delete(ctx, request: Request):
     body = request.body
+    ctx.access.require_group(Operation.DELETE, body.group_id)
     ctx.groups.check_coordinator(body.group_id)
     group = ctx.groups.groups.get(body.group_id)
     if group is None or group.state == GroupState.DEAD:
@@ -130,8 +149,11 @@ async def handle_offset_delete(ctx, request: Request):
     deleted, topics = [], []
     for topic in body.topics:
         rows = []
+        readable = ctx.access.allowed_topic(Operation.READ, topic.name)
         for part in topic.partitions:
-            if topic.name in subscribed:
+            if not readable:
+                code = ErrorCode.topic_authorization_failed
+            elif topic.name in subscribed:
                 code = ErrorCode.group_subscribed_to_topic
             else:
                 code = ErrorCode.none

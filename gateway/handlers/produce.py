@@ -13,6 +13,7 @@ from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 from kafscale.protocol.records import validate_record_set
 
+from ..security.acl import Operation
 from .base import leader_hint, register, respond
 
 log = logging.getLogger("kafscale.handlers.produce")
@@ -45,9 +46,13 @@ async def handle_produce(ctx, request: Request, admitted):
 
     # Phase 1 (no awaits between validation and append, so offsets follow arrival order
     # except for topic auto-creation, which happens before any append of this request).
-    unusable: dict[str, KafkaError] = {}  # topics that could not be created, and why
+    unusable: dict[str, KafkaError] = {}  # topics that may not be written or could not be created, and why
     for topic in body.topic_data:
-        if topic.name not in ctx.logs.topics():
+        if not ctx.access.allowed_topic(Operation.WRITE, topic.name):
+            unusable[topic.name] = KafkaError(ErrorCode.topic_authorization_failed, "WRITE is not allowed")
+        elif topic.name not in ctx.logs.topics() and not ctx.access.may_create_topic(topic.name):
+            unusable[topic.name] = KafkaError(ErrorCode.topic_authorization_failed, "CREATE is not allowed")
+        elif topic.name not in ctx.logs.topics():
             try:
                 await ctx.logs.ensure_topic(topic.name)
             except KafkaError as exc:

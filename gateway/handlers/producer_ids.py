@@ -6,6 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 _MAX_EPOCH = 2**15 - 1
@@ -20,6 +21,10 @@ async def handle_init_producer_id(ctx, request: Request):
     body = request.body
     if body.transactional_id is not None:
         return _error(request, ErrorCode.transactional_id_authorization_failed)
+    # Kafka 2.8+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+    if not (ctx.access.allowed_cluster(Operation.IDEMPOTENT_WRITE)
+            or ctx.access.allowed_any(Operation.WRITE, ResourceType.TOPIC)):
+        return _error(request, ErrorCode.cluster_authorization_failed)
     producer_id = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH - 1:

@@ -10,6 +10,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..security.acl import Operation
 from .base import register, respond
 
 _NOT_REPLICATED = "each partition has one replica; the object store replicates the data"
@@ -35,6 +36,7 @@ def _elect_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.ELECT_LEADERS, error=_elect_error)
 async def handle_elect_leaders(ctx, request: Request):
+    ctx.access.require_cluster(Operation.ALTER)
     # With no partitions named, Kafka elects where an election is needed: nowhere here.
     results = []
     for wanted in request.body.topic_partitions or ():
@@ -56,6 +58,7 @@ async def handle_elect_leaders(ctx, request: Request):
 @register(ApiKey.LIST_PARTITION_REASSIGNMENTS, error=lambda request, code: respond(
     request, dict(error_code=code, error_message=None, topics=[])))
 async def handle_list_partition_reassignments(ctx, request: Request):
+    ctx.access.require_cluster(Operation.DESCRIBE)
     return respond(request, dict(error_code=ErrorCode.none, error_message=None, topics=[]))
 
 
@@ -67,6 +70,7 @@ def _alter_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.ALTER_PARTITION_REASSIGNMENTS, error=_alter_error)
 async def handle_alter_partition_reassignments(ctx, request: Request):
+    ctx.access.require_cluster(Operation.ALTER)
     responses = []
     for topic in request.body.topics:
         rows = []
@@ -100,6 +104,7 @@ def _log_dirs_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.ALTER_REPLICA_LOG_DIRS, error=_log_dirs_error)
 async def handle_alter_replica_log_dirs(ctx, request: Request):
+    ctx.access.require_cluster(Operation.ALTER)
     only_dir = ctx.logs.store.describe()  # what DescribeLogDirs reports as the one log dir
     results = []
     for log_dir in request.body.dirs:

@@ -9,6 +9,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..logs import validate_topic_name
+from ..security.acl import Operation
 from ..topic_configs import validate_topic_configs
 from .base import register, respond
 
@@ -44,6 +45,8 @@ async def handle_create_topics(ctx, request: Request):
 
 async def _create_one(ctx, topic, validate_only: bool) -> dict:
     name = topic.name
+    if not ctx.access.may_create_topic(name):
+        return _create_entry(name, ErrorCode.topic_authorization_failed, "CREATE is not allowed")
     partitions = topic.num_partitions
     if partitions == -1:
         partitions = ctx.config.default_partitions
@@ -95,6 +98,10 @@ async def handle_delete_topics(ctx, request: Request):
             if name is None:
                 responses.append(dict(name=None, topic_id=topic_id, error_code=ErrorCode.unknown_topic_id))
                 continue
+        if not ctx.access.allowed_topic(Operation.DELETE, name):
+            responses.append(dict(name=name, topic_id=topic_id, error_code=ErrorCode.topic_authorization_failed,
+                                  error_message="DELETE is not allowed"))
+            continue
         info = topics.get(name)
         if info is None:
             responses.append(dict(name=name, topic_id=topic_id, error_code=ErrorCode.unknown_topic_or_partition,

@@ -169,7 +169,9 @@ class Access:
 
     # -- authorization ---------------------------------------------------------------------
 
-    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str, quiet: bool = False) -> bool:
+        """Whether the current client may; a refusal is counted and logged unless ``quiet``
+        (a listing that leaves out what the client may not see is not a refusal)."""
         if not self.enforcing:
             return True
         session = current_session.get()
@@ -177,13 +179,34 @@ class Access:
             return True
         if self.authorizer.authorize(session.principal, session.host, operation, resource_type, name):
             return True
+        if quiet:
+            return False
         self.metrics.authorization_denials.labels(operation.name, resource_type.name).inc()
         log.info("denied %s %s on %s %s from %s", session.principal, operation.name, resource_type.name, name,
                  session.host)
         return False
 
-    def allowed_cluster(self, operation: Operation) -> bool:
-        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def allowed_topic(self, operation: Operation, topic: str, quiet: bool = False) -> bool:
+        return self.allowed(operation, ResourceType.TOPIC, topic, quiet)
+
+    def allowed_group(self, operation: Operation, group: str, quiet: bool = False) -> bool:
+        return self.allowed(operation, ResourceType.GROUP, group, quiet)
+
+    def may_create_topic(self, topic: str) -> bool:
+        """Kafka's rule: CREATE on the cluster, or on the topic."""
+        return self.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True) or \
+            self.allowed(Operation.CREATE, ResourceType.TOPIC, topic)
+
+    def require_topic(self, operation: Operation, topic: str) -> None:
+        if not self.allowed_topic(operation, topic):
+            raise KafkaError(ErrorCode.topic_authorization_failed, f"{operation.name} on topic {topic!r} is not allowed")
+
+    def require_group(self, operation: Operation, group: str) -> None:
+        if not self.allowed_group(operation, group):
+            raise KafkaError(ErrorCode.group_authorization_failed, f"{operation.name} on group {group!r} is not allowed")
+
+    def allowed_cluster(self, operation: Operation, quiet: bool = False) -> bool:
+        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME, quiet)
 
     def require_cluster(self, operation: Operation) -> None:
         if not self.allowed_cluster(operation):
