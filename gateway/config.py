@@ -119,7 +119,8 @@ class GatewayConfig:
     s3_endpoint: str = _opt("", "S3 endpoint URL for S3-compatible servers (MinIO...); empty: AWS")
     s3_region: str = _opt("", "S3 region (default: AWS_REGION from the environment)")
     s3_access_key_id: str = _opt("", "S3 access key (default: AWS_ACCESS_KEY_ID from the environment)")
-    s3_secret_access_key: str = _opt("", "S3 secret key (default: AWS_SECRET_ACCESS_KEY from the environment)")
+    s3_secret_access_key: str = _opt("", "S3 secret key (default: AWS_SECRET_ACCESS_KEY from the environment)",
+                                     secret=True)
     s3_path_style: bool = _opt(False, "path-style S3 requests (MinIO and most self-hosted servers)")
     s3_allow_http: bool = _opt(False, "allow plain-HTTP S3 endpoints")
     s3_timeout_ms: int = _opt(30_000, "timeout of one S3 request", minimum=100)
@@ -218,13 +219,7 @@ class GatewayConfig:
     def kafka_listeners(self) -> tuple[Listener, ...]:
         if not self.listeners:
             return (Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
-        mapping = {}
-        for pair in filter(None, (p.strip() for p in self.listener_security_protocol_map.split(","))):
-            name, sep, protocol = pair.partition(":")
-            if not sep or protocol.upper() not in SECURITY_PROTOCOLS:
-                raise ConfigError(f"listener_security_protocol_map: {pair!r} is not NAME:PROTOCOL "
-                                  f"(PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)})")
-            mapping[name.strip().upper()] = protocol.upper()
+        mapping = self._protocol_map()
         listeners = []
         for name, host, port in _endpoints(self.listeners, "listeners"):
             protocol = mapping.get(name, name)
@@ -235,6 +230,16 @@ class GatewayConfig:
         if not listeners:
             raise ConfigError("listeners: no listener given")
         return tuple(listeners)
+
+    def _protocol_map(self) -> dict[str, str]:
+        mapping = {}
+        for pair in filter(None, (p.strip() for p in self.listener_security_protocol_map.split(","))):
+            name, sep, protocol = pair.partition(":")
+            if not sep or protocol.upper() not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listener_security_protocol_map: {pair!r} is not NAME:PROTOCOL "
+                                  f"(PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)})")
+            mapping[name.strip().upper()] = protocol.upper()
+        return mapping
 
     @property
     def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
@@ -276,6 +281,7 @@ class GatewayConfig:
         return self
 
     def _validate_security(self) -> None:
+        self._protocol_map()
         listeners = self.kafka_listeners
         if len({(listener.host, listener.port) for listener in listeners if listener.port}) != \
                 len([listener for listener in listeners if listener.port]):

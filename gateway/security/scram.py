@@ -105,12 +105,13 @@ class ScramExchange:
     """One SCRAM authentication, server side. ``lookup(user)`` gives the stored credential."""
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None],
-                 decoy_key: bytes) -> None:
+                 decoy_key: bytes, server_nonce: str | None = None) -> None:
         if mechanism not in MECHANISMS:
             raise ValueError(f"not a SCRAM mechanism: {mechanism}")
         self.mechanism = mechanism
         self._lookup = lookup
         self._decoy_key = decoy_key  # makes an unknown user's salt stable and unguessable
+        self._server_nonce = server_nonce or base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
         self.username: str | None = None
         self._credential: ScramCredential | None = None
         self._known = False
@@ -149,7 +150,7 @@ class ScramExchange:
         self._credential = credential
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare
-        self._nonce = parts[1][2:] + base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
+        self._nonce = parts[1][2:] + self._server_nonce
         salt = base64.b64encode(credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         return self._server_first.encode()
