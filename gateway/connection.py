@@ -146,6 +146,11 @@ class Connection:
                 reserved = await self.account.acquire(len(frame))
             slot = _Slot(RequestMemory(self.account, reserved))
             reserved = 0
+            if self.session.raw_tokens:
+                await self._raw_token(frame, slot, send_slots)
+                if self.session.closing:
+                    return
+                continue
             try:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:
@@ -175,6 +180,21 @@ class Connection:
             await nursery.start(self._handle, handler, request, slot)
             if self.session.closing:
                 return  # answered (authentication failed); read nothing more
+
+    async def _raw_token(self, token: bytes, slot: _Slot, send_slots) -> None:
+        """A SASL token after SaslHandshake v0: answered with the bare server token; a
+        failure closes the connection without an answer (as Kafka does for v0)."""
+        try:
+            slot.payload, _ = await self.ctx.access.authenticate(self.session, token)
+        except KafkaError:
+            self.session.closing = True
+            slot.memory.release()
+            return
+        if self.session.authenticated:
+            self.session.raw_tokens = False
+        slot.memory.settle(len(slot.payload))
+        slot.done.set()
+        await self._queue(send_slots, slot)
 
     def _refusal(self, api_key: int) -> str | None:
         """Why this request may not be served on this connection now, if it may not."""

@@ -66,8 +66,7 @@ class VersionRange:
 # What we decode and answer: every version Apache Kafka 3.9 serves (so clients that infer
 # the broker's version from ApiVersions, kafka-python, see 3.9), the old ones kio no longer
 # generates through legacy.py; except Produce v0-2 and Fetch v0-3, which carry the pre-v2
-# message formats (docs/compatibility.md says why they are refused), and SaslHandshake v0, whose
-# tokens travel as raw frames outside the Kafka protocol (SCRAM clients all use v1).
+# message formats (docs/compatibility.md says why they are refused).
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.PRODUCE: VersionRange(3, 11),
     ApiKey.FETCH: VersionRange(4, 17),
@@ -82,7 +81,7 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.SYNC_GROUP: VersionRange(0, 5),
     ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
     ApiKey.LIST_GROUPS: VersionRange(0, 5),
-    ApiKey.SASL_HANDSHAKE: VersionRange(1, 1),
+    ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
     ApiKey.API_VERSIONS: VersionRange(0, 4),
     ApiKey.CREATE_TOPICS: VersionRange(0, 7),
     ApiKey.DELETE_TOPICS: VersionRange(0, 6),

@@ -17,6 +17,7 @@ need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need_apt+=(golang-github-shopify-sarama-dev)
+[ -d /usr/share/gocode/src/github.com/xdg-go/scram ] || need_apt+=(golang-github-xdg-go-scram-dev)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

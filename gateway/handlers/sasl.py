@@ -2,8 +2,9 @@
 
 Both are ordered: the connection reads nothing else until one is answered, so a
 session is authenticated (or closing) before the next request is looked at.
-SaslHandshake v0, whose tokens follow as raw frames outside the Kafka protocol, is
-not served: every client that speaks SCRAM uses v1 (Kafka 1.0+).
+After SaslHandshake v0 (clients before Kafka 1.0, and librdkafka's feature check
+requires it to be offered) the tokens follow as bare size-prefixed frames, outside
+the Kafka protocol: the connection hands them to ``Access.authenticate`` itself.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def _handshake_error(request: Request, code: ErrorCode):
 async def handle_sasl_handshake(ctx, request: Request, admitted):
     session = current_session.get()
     code = ctx.access.handshake(session, request.body.mechanism)
+    session.raw_tokens = code == ErrorCode.none and request.header.api_version == 0
     return respond(request, dict(error_code=code, mechanisms=list(ctx.access.mechanisms)))
 
 

@@ -43,6 +43,7 @@ class Session:
     exchange: ScramExchange | None = field(default=None, repr=False)
     expires_at: float | None = None  # trio time the SASL session ends (KIP-368)
     reauthenticating: bool = False
+    raw_tokens: bool = False  # after SaslHandshake v0: tokens arrive as bare frames
     closing: bool = False  # answer the current request, then close
 
     @classmethod

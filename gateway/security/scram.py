@@ -24,7 +24,7 @@ __all__ = ["MECHANISMS", "ScramCredential", "ScramExchange", "AuthenticationFail
 MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}
 MIN_ITERATIONS = 4096  # Kafka's bounds for AlterUserScramCredentials
 MAX_ITERATIONS = 16384
-_NONCE_BYTES = 24
+_NONCE_BYTES = 16
 
 
 class AuthenticationFailed(Exception):
@@ -111,7 +111,7 @@ class ScramExchange:
         self.mechanism = mechanism
         self._lookup = lookup
         self._decoy_key = decoy_key  # makes an unknown user's salt stable and unguessable
-        self._server_nonce = server_nonce or base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
+        self._server_nonce = server_nonce or secrets.token_hex(_NONCE_BYTES)
         self.username: str | None = None
         self._credential: ScramCredential | None = None
         self._known = False
@@ -173,7 +173,9 @@ class ScramExchange:
             raise AuthenticationFailed("malformed SCRAM client-final message") from exc
         if binding != self._gs2_header:
             raise AuthenticationFailed("SCRAM channel binding does not match")
-        if values["r"] != self._nonce:
+        # Kafka checks the nonce ends with the server-first one: librdkafka before 2.1 sends the
+        # client nonce twice (its prefix), and the proof covers the message as sent.
+        if not values["r"].endswith(self._nonce):
             raise AuthenticationFailed("SCRAM nonce does not match")
         without_proof = text[:text.rindex(",p=")]
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()

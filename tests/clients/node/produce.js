@@ -12,7 +12,13 @@ const codec = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP, snappy
 const BASE_TS = 1700000000000
 
 async function main () {
-  const kafka = new Kafka({ clientId: 'kafscale-e2e', brokers: [bootstrap], logLevel: logLevel.ERROR })
+  // SASL_SSL with SCRAM-SHA-512 when KAFSCALE_SASL_USER is set (the security tests).
+  const security = process.env.KAFSCALE_SASL_USER
+    ? { ssl: { ca: [require('fs').readFileSync(process.env.KAFSCALE_CA_FILE)] },
+        sasl: { mechanism: 'scram-sha-512', username: process.env.KAFSCALE_SASL_USER,
+          password: process.env.KAFSCALE_SASL_PASSWORD } }
+    : {}
+  const kafka = new Kafka({ clientId: 'kafscale-e2e', brokers: [bootstrap], logLevel: logLevel.ERROR, ...security })
   const admin = kafka.admin()
   await admin.connect()
   await admin.createTopics({ topics: [{ topic, numPartitions: 2 }], waitForLeaders: true })

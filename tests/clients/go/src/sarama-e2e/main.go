@@ -36,6 +36,7 @@ func main() {
 	config.Producer.Compression = codecs[codecName]
 	config.Producer.Partitioner = sarama.NewManualPartitioner
 	config.Consumer.Return.Errors = true
+	secure(config)
 
 	producer, err := sarama.NewSyncProducer([]string{bootstrap}, config)
 	fail(err)
