@@ -63,7 +63,7 @@ def _describe_error(request: Request, code: ErrorCode, message: str | None = Non
 @register(ApiKey.DESCRIBE_ACLS, error=_describe_error)
 async def handle_describe_acls(ctx, request: Request):
     if not ctx.access.allowed_cluster(Operation.DESCRIBE):
-        return _describe_error(request, ErrorCode.cluster_authorization_failed)
+        return _describe_error(request, ErrorCode.cluster_authorization_failed, "DESCRIBE on the cluster is not allowed")
     try:
         wanted = AclFilter(_code(ResourceType, request.body.resource_type_filter), request.body.resource_name_filter,
                            _code(PatternType, request.body.pattern_type_filter), request.body.principal_filter,
