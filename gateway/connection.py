@@ -228,6 +228,15 @@ class Connection:
         log.warning("closing connection from %s: %s", self.peer, exc)
 
     async def _handle(self, handler: Handler, request: Request, slot: _Slot, task_status=trio.TASK_STATUS_IGNORED):
+        try:
+            await self._run(handler, request, slot, task_status)
+        finally:
+            # Even when cancelled (shutdown stops the reader while an ordered handler, such
+            # as a delayed authentication failure, is still being admitted), or the writer
+            # would wait for this answer until the grace period ends.
+            slot.done.set()
+
+    async def _run(self, handler: Handler, request: Request, slot: _Slot, task_status) -> None:
         admitted_flag = False
 
         def admitted() -> None:
