@@ -35,6 +35,7 @@ log = logging.getLogger("kafscale.security")
 
 SECURITY = "security/"
 _USERS, _ACLS = "users/", "acls/"
+_TXN_OPS = 100
 
 Credentials = dict[str, dict[str, ScramCredential]]  # user -> mechanism -> credential
 
@@ -200,14 +201,16 @@ class EtcdSecurity(SecurityStore):
 
     async def add_acls(self, acls: list[AclBinding]) -> None:
         if acls:
-            await self._etcd.txn([], [put_op(self.prefix + _ACLS + _acl_id(acl), json.dumps(acl.to_json()).encode())
-                                      for acl in acls])
+            for start in range(0, len(acls), _TXN_OPS):  # etcd refuses transactions of more than 128 operations
+                await self._etcd.txn([], [put_op(self.prefix + _ACLS + _acl_id(acl), json.dumps(acl.to_json()).encode())
+                                          for acl in acls[start:start + _TXN_OPS]])
             self.acls = {**self.acls, **{_acl_id(acl): acl for acl in acls}}
             self._changed()
 
     async def remove_acls(self, acls: list[AclBinding]) -> None:
         if acls:
-            await self._etcd.txn([], [delete_op(self.prefix + _ACLS + _acl_id(acl)) for acl in acls])
+            for start in range(0, len(acls), _TXN_OPS):
+                await self._etcd.txn([], [delete_op(self.prefix + _ACLS + _acl_id(acl)) for acl in acls[start:start + _TXN_OPS]])
             gone = {_acl_id(acl) for acl in acls}
             self.acls = {key: acl for key, acl in self.acls.items() if key not in gone}
             self._changed()
