@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import ssl
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -12,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kafscale.protocol.layout import META_PREFIX
 
 from .context import GatewayContext
-from .security.tls import TlsContext
+from .security.tls import TlsContext, TlsHandshakeFailed, tls_accept
 
 __all__ = ["serve_http"]
 
@@ -85,14 +84,9 @@ async def serve_http(ctx: GatewayContext, listeners, tls: TlsContext | None = No
                      task_status=trio.TASK_STATUS_IGNORED) -> None:
     async def handler(stream):
         if tls is not None:
-            stream = trio.SSLStream(stream, tls.context(), server_side=True)
-            with trio.move_on_after(10) as timer:
-                try:
-                    await stream.do_handshake()
-                except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError):
-                    timer.cancel()
-            if timer.cancel_called:
-                await trio.aclose_forcefully(stream)
+            try:
+                stream = await tls_accept(stream, tls, 10)
+            except TlsHandshakeFailed:
                 return
         await _handle(ctx, stream)
 

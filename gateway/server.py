@@ -4,7 +4,6 @@ and a graceful shutdown that flushes and answers what was accepted."""
 from __future__ import annotations
 
 import logging
-import ssl
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -29,7 +28,7 @@ from .metadata import EmbeddedMetadata, MetadataUnreadable
 from .metrics import Metrics
 from .security.access import Access, Session
 from .security.store import EmbeddedSecurity, EtcdSecurity
-from .security.tls import PrincipalMapper, TlsConfigError, TlsContext
+from .security.tls import PrincipalMapper, TlsConfigError, TlsContext, TlsHandshakeFailed, tls_accept
 from .storage import AsyncStore
 
 __all__ = ["serve", "Running", "StartupError"]
@@ -83,12 +82,10 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
         bound.append((replace(spec, port=sockets[0].socket.getsockname()[1]), sockets))
     listeners = [socket for _, sockets in bound for socket in sockets]
     port = bound[0][0].port
-    if not config.advertised_port:
-        config = replace(config, advertised_port=port)
-    named = config.advertised_endpoints
-    endpoints: tuple[Endpoint, ...] = tuple(
-        (spec.name, *named.get(spec.name, (config.advertised_host or spec.host, spec.port))) for spec, _ in bound[1:])
-    endpoints = ((bound[0][0].name, *config.advertised),) + endpoints
+    endpoints = _advertised(config, [spec for spec, _ in bound])
+    _, first_host, first_port = endpoints[0]  # what config.advertised says from here on
+    config = replace(config, advertised_port=first_port,
+                     advertised_host=config.advertised_host if first_host == config.advertised[0] else first_host)
 
     metrics = Metrics()
     settings = GroupSettings(config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
@@ -227,24 +224,33 @@ async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: Pri
                          access: Access, stall_ms: int) -> trio.SSLStream | None:
     """The TLS stream of a new connection, its principal taken from the client certificate
     (when one was sent); None, the connection closed, when the handshake fails."""
-    secured = trio.SSLStream(stream, tls.context(), server_side=True)
-    reason = None
-    with trio.move_on_after(stall_ms / 1000) as timer:
+    try:
+        secured = await tls_accept(stream, tls, stall_ms / 1000)
+    except TlsHandshakeFailed as exc:
+        access.tls_failed(session.listener, session.host, str(exc))
+        return None
+    certificate = secured.getpeercert(binary_form=True)
+    if certificate:
         try:
-            await secured.do_handshake()
-            certificate = secured.getpeercert(binary_form=True)
-            if certificate:
-                principal = mapper.principal(certificate)
-                if principal is None:
-                    reason = "no ssl_principal_mapping_rules rule matches the client certificate"
-                else:
-                    session.principal = principal
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, ValueError) as exc:
-            reason = str(exc.__cause__ or exc) or type(exc).__name__
-    if timer.cancelled_caught:
-        reason = f"no TLS handshake within {stall_ms} ms"
-    if reason is None:
-        return secured
-    access.tls_failed(session.listener, session.host, reason)
-    await trio.aclose_forcefully(secured)
-    return None
+            principal = mapper.principal(certificate)
+        except ValueError as exc:  # a certificate cryptography cannot read
+            principal, reason = None, f"unreadable client certificate: {exc}"
+        else:
+            reason = "no ssl_principal_mapping_rules rule matches the client certificate"
+        if principal is None:
+            access.tls_failed(session.listener, session.host, reason)
+            await trio.aclose_forcefully(secured)
+            return None
+        session.principal = principal
+    return secured
+
+
+def _advertised(config: GatewayConfig, listeners: list[Listener]) -> tuple[Endpoint, ...]:
+    """Each bound listener's advertised address: its advertised_listeners entry, else
+    advertised_host (or its own host) and its port; advertised_port, when set, is the first's."""
+    named = config.advertised_endpoints
+    endpoints = []
+    for index, spec in enumerate(listeners):
+        port = config.advertised_port if index == 0 and config.advertised_port else spec.port
+        endpoints.append((spec.name, *named.get(spec.name, (config.advertised_host or spec.host, port))))
+    return tuple(endpoints)

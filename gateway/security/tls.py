@@ -14,9 +14,10 @@ import ssl
 import time
 from dataclasses import dataclass
 
+import trio
 from cryptography import x509
 
-__all__ = ["TlsContext", "PrincipalMapper", "TlsConfigError"]
+__all__ = ["TlsContext", "PrincipalMapper", "TlsConfigError", "TlsHandshakeFailed", "tls_accept"]
 
 log = logging.getLogger("kafscale.security")
 
@@ -81,6 +82,24 @@ class TlsContext:
                 except TlsConfigError as exc:
                     log.error("%s; still serving the previous certificate", exc)
         return self._context
+
+
+class TlsHandshakeFailed(Exception):
+    """A client's TLS handshake failed or timed out (the connection is closed); the text says why."""
+
+
+async def tls_accept(stream: trio.abc.Stream, tls: TlsContext, timeout_s: float) -> trio.SSLStream:
+    """The server side of a new connection's TLS handshake, done within ``timeout_s``."""
+    secured = trio.SSLStream(stream, tls.context(), server_side=True)
+    reason = f"no TLS handshake within {timeout_s * 1000:.0f} ms"
+    with trio.move_on_after(timeout_s):
+        try:
+            await secured.do_handshake()
+            return secured
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError) as exc:
+            reason = str(exc.__cause__ or exc) or type(exc).__name__
+    await trio.aclose_forcefully(secured)
+    raise TlsHandshakeFailed(reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,16 @@ from kafscale.protocol.messages import request_class
 from tests.support.wire_client import Client
 
 
+def _config(**overrides) -> GatewayConfig:
+    """One SASL_PLAINTEXT listener, user admin with password pw."""
+    return GatewayConfig(**{"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "http_port": -1, "storage": "memory://",
+                            "sasl_bootstrap_user": "admin", "sasl_bootstrap_password": "pw", **overrides}).validate()
+
+
 async def test_shutdown_does_not_wait_for_a_delayed_authentication_failure():
-    config = GatewayConfig(listeners="SASL_PLAINTEXT://127.0.0.1:0", http_port=-1, storage="memory://",
-                           auth_failure_delay_ms=60_000, sasl_bootstrap_user="admin",
-                           sasl_bootstrap_password="pw").validate()
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
-        running = await nursery.start(serve, config, shutdown)
+        running = await nursery.start(serve, _config(auth_failure_delay_ms=60_000), shutdown)
         client = await Client.connect(running.port)
         answer = await client.call(17, 1, SaslHandshakeRequest(mechanism="PLAIN"))
         assert answer.error_code == ErrorCode.none
@@ -33,12 +36,9 @@ async def test_shutdown_does_not_wait_for_a_delayed_authentication_failure():
 
 
 async def test_kip368_session_lifetime_reauthentication_and_expiry():
-    config = GatewayConfig(listeners="SASL_PLAINTEXT://127.0.0.1:0", http_port=-1, storage="memory://",
-                           connections_max_reauth_ms=400, sasl_bootstrap_user="admin",
-                           sasl_bootstrap_password="pw").validate()
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
-        running = await nursery.start(serve, config, shutdown)
+        running = await nursery.start(serve, _config(connections_max_reauth_ms=400), shutdown)
         client = await Client.connect(running.port)
         for correlation in (1, 3):  # authenticate, then re-authenticate on the same connection
             assert (await client.call(17, 1, SaslHandshakeRequest(mechanism="PLAIN"), correlation)).error_code == 0
@@ -61,3 +61,19 @@ async def test_kip368_session_lifetime_reauthentication_and_expiry():
         shutdown.set()
     await client.stream.aclose()
     await other.stream.aclose()
+
+
+async def test_advertised_listeners_name_every_listener_including_the_first():
+    config = GatewayConfig(listeners="PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0", http_port=-1,
+                           storage="memory://", listener_security_protocol_map="OTHER:PLAINTEXT",
+                           advertised_listeners="PLAINTEXT://front.example:9999").validate()
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(serve, config, shutdown)
+        client = await Client.connect(running.port)
+        metadata = build(request_class(3, 12), dict(topics=[], allow_auto_topic_creation=False,
+                                                   include_topic_authorized_operations=False))
+        answer = await client.call(3, 12, metadata)
+        assert [(b.host, b.port) for b in answer.brokers] == [("front.example", 9999)]
+        shutdown.set()
+    await client.stream.aclose()
