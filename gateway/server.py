@@ -13,7 +13,7 @@ from kafscale.storage_backends import S3Options, StorageError, open_store
 
 from .budget import ByteBudget
 from .cluster.catalog_mirror import mirror_catalog
-from .cluster.etcd import EtcdClient, EtcdError
+from .cluster.etcd import EtcdClient, EtcdError, tls_context
 from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, cluster_root
 from .cluster.membership import ClusterMember, ClusterStartError
 from .cluster.ownership import Endpoint, SoleGateway
@@ -93,7 +93,13 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     member: ClusterMember | None = None
     etcd: EtcdClient | None = None
     if config.etcd_endpoints:
-        etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()], config.etcd_timeout_ms)
+        try:
+            tls = tls_context(config.etcd_cafile, config.etcd_certfile, config.etcd_keyfile)
+            etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()],
+                              config.etcd_timeout_ms, tls=tls, username=config.etcd_username,
+                              password=config.etcd_password)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise StartupError(f"cannot set up the etcd client: {exc}") from exc
         root = cluster_root(config.etcd_prefix, config.cluster_id)
         metadata = EtcdMetadata(etcd, root)
         security: EmbeddedSecurity | EtcdSecurity = EtcdSecurity(etcd, root)
@@ -125,7 +131,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     except MetadataUnreadable as exc:
         raise StartupError(f"{exc} (restore it from a backup, or move it aside to start empty)") from exc
     except EtcdError as exc:
-        raise StartupError(f"etcd at {config.etcd_endpoints} is unavailable: {exc}") from exc
+        raise StartupError(f"etcd at {config.etcd_endpoints}: {exc}") from exc
     metrics.watch_log(logs)
     if member is not None:
         member.logs, member.groups = logs, groups

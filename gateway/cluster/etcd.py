@@ -5,6 +5,13 @@ and its gRPC calls block a thread each. The JSON gateway ships with every etcd
 server, httpx runs natively on trio (cancellation and timeouts just work), and
 the few calls we need — range, put, delete, transactions, leases — are plain
 POSTs. Keys and values are bytes on the wire (base64 in JSON).
+
+Security: https endpoints are verified against ``cafile`` (else the system CAs), with a
+client certificate for etcd's ``--client-cert-auth``. With etcd's auth enabled the client
+logs in with a user name and password (``/v3/auth/authenticate``) and sends the token on
+every call; an expired token (HTTP 401) is replaced once and the call repeated. etcd's JSON
+gateway cannot pass a certificate's CommonName on as the user (it answers 400 to such
+certificates once auth is enabled), so with auth the identity is always the password's.
 """
 
 from __future__ import annotations
@@ -12,13 +19,16 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import ssl
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import httpx
+import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["EtcdClient", "EtcdError", "EtcdUnavailable", "KeyValue", "Compare", "WatchEvent", "prefix_end"]
+__all__ = ["EtcdClient", "EtcdError", "EtcdUnavailable", "EtcdAuthFailed", "KeyValue", "Compare", "WatchEvent", "prefix_end"]
 
 
 class EtcdError(KafkaError):
@@ -33,6 +43,10 @@ class EtcdUnavailable(EtcdError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.request_timed_out)
+
+
+class EtcdAuthFailed(EtcdError):
+    """etcd refused the configured user name and password."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +79,23 @@ class Compare:
         return {"key": _b64(self.key.encode()), "target": self.target, "result": self.result, field: value}
 
 
+def _failure(exc: BaseException) -> str:
+    """What went wrong reaching etcd: the root cause, since httpx often says only
+    ``ConnectError('')`` when TLS failed (a refused client certificate, an unknown CA)."""
+    cause = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+    return f"{exc!r}" if cause is exc else f"{type(exc).__name__}: {cause}"
+
+
+def _reason(response: httpx.Response) -> str:
+    """etcd's own message from an error answer (never a token: only error bodies get here)."""
+    try:
+        return str(response.json().get("error") or response.text[:200])
+    except ValueError:
+        return response.text[:200]
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -94,35 +125,77 @@ def range_op(key: str) -> dict:
     return {"request_range": {"key": _b64(key.encode())}}
 
 
+def tls_context(cafile: str = "", certfile: str = "", keyfile: str = "") -> ssl.SSLContext:
+    """How https endpoints are verified (``cafile``, else the system CAs) and the client
+    certificate offered to them. Raises OSError or ssl.SSLError for unreadable files."""
+    context = ssl.create_default_context(cafile=cafile or None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if certfile:
+        context.load_cert_chain(certfile, keyfile or None)
+    elif keyfile:
+        raise ValueError("an etcd client key was given without its certificate")
+    return context
+
+
 class EtcdClient:
     """Round-robins over the endpoints; a failed endpoint is skipped for the next call."""
 
-    def __init__(self, endpoints: list[str], timeout_ms: int) -> None:
+    def __init__(self, endpoints: list[str], timeout_ms: int, *, tls: ssl.SSLContext | None = None,
+                 username: str = "", password: str = "") -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints given")
+        if password and not username:
+            raise ValueError("an etcd password was given without a user name")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._order = itertools.cycle(range(len(self.endpoints)))
-        self._http = httpx.AsyncClient(timeout=timeout_ms / 1000)
+        self._http = httpx.AsyncClient(timeout=timeout_ms / 1000, verify=tls if tls is not None else True)
+        self._credentials = {"name": username, "password": password} if username else None
+        self._token: str | None = None
+        self._login = trio.Lock()  # one authentication at a time; the others reuse its token
         self.requests = 0  # calls made (reads and writes), for the benchmarks
         self.writes = 0
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, path: str, body: dict) -> dict:
-        self.requests += 1
+    async def _headers(self) -> dict[str, str]:
+        if self._credentials is None:
+            return {}
+        if self._token is None:
+            await self._authenticate(None)
+        return {"Authorization": self._token}
+
+    async def _authenticate(self, stale: str | None) -> None:
+        """Logs in again unless another task already replaced the ``stale`` token."""
+        async with self._login:
+            if self._token is not None and self._token != stale:
+                return
+            self._token = None
+            answer = await self._post("/v3/auth/authenticate", self._credentials, {})
+            if answer.status_code != 200:
+                raise EtcdAuthFailed(f"etcd refused user {self._credentials['name']!r}: {_reason(answer)}")
+            self._token = answer.json()["token"]
+
+    async def _post(self, path: str, body: dict, headers: dict[str, str]) -> httpx.Response:
         errors = []
         for _ in range(len(self.endpoints)):
             endpoint = self.endpoints[next(self._order)]
             try:
-                response = await self._http.post(endpoint + path, json=body)
+                return await self._http.post(endpoint + path, json=body, headers=headers)
             except httpx.HTTPError as exc:
-                errors.append(f"{endpoint}: {exc!r}")
-                continue
-            if response.status_code != 200:
-                raise EtcdError(f"etcd {path} failed with HTTP {response.status_code}: {response.text[:200]}")
-            return response.json()
+                errors.append(f"{endpoint}: {_failure(exc)}")
         raise EtcdUnavailable("etcd is unreachable: " + "; ".join(errors))
+
+    async def _call(self, path: str, body: dict) -> dict:
+        self.requests += 1
+        headers = await self._headers()
+        response = await self._post(path, body, headers)
+        if response.status_code == 401 and self._credentials is not None:  # the token expired
+            await self._authenticate(headers["Authorization"])
+            response = await self._post(path, body, await self._headers())
+        if response.status_code != 200:
+            raise EtcdError(f"etcd {path} failed with HTTP {response.status_code}: {_reason(response)}")
+        return response.json()
 
     async def get(self, key: str) -> KeyValue | None:
         found = await self._call("/v3/kv/range", {"key": _b64(key.encode())})
@@ -144,25 +217,31 @@ class EtcdClient:
         the revision was compacted): the caller then reads the prefix again and re-watches."""
         body = {"create_request": {"key": _b64(prefix.encode()), "range_end": _b64(prefix_end(prefix).encode()),
                                    "start_revision": str(start_revision)}}
+        headers = await self._headers()
         endpoint = self.endpoints[next(self._order)]
         self.requests += 1
         try:
-            async with self._http.stream("POST", endpoint + "/v3/watch", json=body,
+            async with self._http.stream("POST", endpoint + "/v3/watch", json=body, headers=headers,
                                          timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
                 if response.status_code != 200:
                     raise EtcdError(f"etcd watch failed with HTTP {response.status_code}")
-                async for line in response.aiter_lines():
-                    if not line.strip():
-                        continue
-                    result = json.loads(line).get("result", {})
-                    if result.get("canceled") or int(result.get("compact_revision", 0)):
-                        raise EtcdError(f"etcd cancelled the watch: {result.get('cancel_reason') or 'compacted'}")
-                    events = [WatchEvent(item.get("type") == "DELETE", _kv(item["kv"]))
-                              for item in result.get("events", [])]
-                    if events:
-                        yield events
+                async with aclosing(response.aiter_lines()) as lines:  # closed even when we raise
+                    async for line in lines:
+                        if not line.strip():
+                            continue
+                        result = json.loads(line).get("result", {})
+                        if result.get("canceled") or int(result.get("compact_revision", 0)):
+                            reason = result.get("cancel_reason") or "compacted"
+                            if "permission denied" in reason and headers:
+                                # An expired token cancels the watch this way: log in again first.
+                                await self._authenticate(headers["Authorization"])
+                            raise EtcdError(f"etcd cancelled the watch: {reason}")
+                        events = [WatchEvent(item.get("type") == "DELETE", _kv(item["kv"]))
+                                  for item in result.get("events", [])]
+                        if events:
+                            yield events
         except httpx.HTTPError as exc:
-            raise EtcdUnavailable(f"watch stream from {endpoint} broke: {exc!r}") from exc
+            raise EtcdUnavailable(f"watch stream from {endpoint} broke: {_failure(exc)}") from exc
         raise EtcdUnavailable(f"etcd at {endpoint} closed the watch stream")
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> None:

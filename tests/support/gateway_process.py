@@ -19,8 +19,10 @@ def free_port() -> int:
 
 
 class GatewayProcess:
-    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.env = env or {}  # added to the test's environment (secrets go here, not on the command line)
         self.port = port or free_port()
         self.http_port = free_port()
         self.extra_args = list(extra_args)
@@ -37,7 +39,7 @@ class GatewayProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(self.port),
              "--http-port", str(self.http_port), "--storage", str(self.data_dir), *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         log.close()
         deadline = time.monotonic() + timeout
