@@ -13,6 +13,7 @@ from . import (
     objects_bench,
     protocol_bench,
     report,
+    security_bench,
     spark_bench,
 )
 
@@ -25,6 +26,7 @@ SECTIONS = {
     "groups": group_bench.run,
     "spark": spark_bench.run,
     "cluster": cluster_bench.run,
+    "security": security_bench.run,
 }
 
 

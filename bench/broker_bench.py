@@ -92,9 +92,11 @@ class Broker:
         return float("nan")
 
 
-def _load(*args: str) -> dict:
+def _load(*args: str, client: dict | None = None) -> dict:
+    """One bench.load run in its own process; ``client`` adds librdkafka settings."""
+    env = {**os.environ, "KAFSCALE_BENCH_CLIENT": json.dumps(client or {})}
     done = subprocess.run([sys.executable, "-m", "bench.load", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         raise RuntimeError(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])

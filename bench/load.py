@@ -5,20 +5,27 @@ never shares a GIL with the broker under test). Prints one JSON line.
     python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE [PARTITIONS]
     python -m bench.load consume BOOTSTRAP TOPIC COUNT PARTITIONS
     python -m bench.load latency BOOTSTRAP TOPIC RATE SECONDS
+    python -m bench.load connect BOOTSTRAP COUNT
+
+KAFSCALE_BENCH_CLIENT (JSON) adds librdkafka settings to every client: security.protocol,
+sasl.* and ssl.* for the security benchmark.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+CLIENT = json.loads(os.environ.get("KAFSCALE_BENCH_CLIENT", "{}"))
+
 
 def create(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT})
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
     except Exception as exc:  # already exists is fine for a re-run
@@ -30,7 +37,7 @@ def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int =
     create(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-                         "queue.buffering.max.kbytes": 1_048_576})
+                         "queue.buffering.max.kbytes": 1_048_576, **CLIENT})
     payload = b"x" * size
     errors = 0
 
@@ -57,7 +64,7 @@ def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int =
 def consume(bootstrap: str, topic: str, count: int, partitions: int) -> dict:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                          "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
-                         "queued.max.messages.kbytes": 1_048_576})
+                         "queued.max.messages.kbytes": 1_048_576, **CLIENT})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     received = 0
     started = time.perf_counter()
@@ -73,7 +80,7 @@ def consume(bootstrap: str, topic: str, count: int, partitions: int) -> dict:
 
 def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     create(bootstrap, topic, 1)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, **CLIENT})
     samples: list[float] = []
 
     def report(err, msg):
@@ -100,7 +107,7 @@ def steady(bootstrap: str, topic: str, partitions: int, rate: int, seconds: floa
     linger.ms=5, as a user would run it), with each message's ack latency."""
     create(bootstrap, topic, partitions)
     time.sleep(1.0)  # let the partitions load before the clock starts
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **CLIENT})
     samples: list[float] = []
     errors = 0
     sent_at: dict[int, float] = {}
@@ -131,9 +138,20 @@ def steady(bootstrap: str, topic: str, partitions: int, rate: int, seconds: floa
     return {"seconds": elapsed, "messages": i, "errors": errors, "p50_ms": pick(0.5), "p99_ms": pick(0.99)}
 
 
+def connect(bootstrap: str, count: int) -> dict:
+    """``count`` clients one after another, each connecting (and authenticating) and asking
+    for Metadata once: the cost of a new connection."""
+    started = time.perf_counter()
+    for _ in range(count):
+        AdminClient({"bootstrap.servers": bootstrap, **CLIENT}).list_topics(timeout=30)
+    return {"seconds": time.perf_counter() - started, "connections": count}
+
+
 def main(argv: list[str]) -> None:
     mode, bootstrap, topic, *rest = argv
-    if mode == "create":
+    if mode == "connect":
+        result = connect(bootstrap, int(topic))
+    elif mode == "create":
         create(bootstrap, topic, int(rest[0]))
         result = {"created": topic}
     elif mode == "produce":

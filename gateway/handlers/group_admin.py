@@ -7,7 +7,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..groups.coordinator import GroupState
-from ..security.acl import Operation
+from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 
@@ -44,6 +44,11 @@ async def handle_describe_groups(ctx, request: Request):
         described.append(dict(error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,
                               protocol_type=group.protocol_type or "",
                               protocol_data=(group.protocol_name or "") if stable else "", members=members))
+    if getattr(request.body, "include_authorized_operations", False):  # v3+
+        for entry in described:
+            if entry["error_code"] == ErrorCode.none:
+                entry["authorized_operations"] = ctx.access.authorized_operations(ResourceType.GROUP,
+                                                                                  entry["group_id"])
     return respond(request, dict(groups=described))
 
 

@@ -12,7 +12,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from ..security.acl import Operation
+from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 
@@ -45,6 +45,13 @@ def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:
 async def _response(ctx, request: Request, topics: list[dict]):
     values = dict(brokers=ctx.brokers(), cluster_id=ctx.config.cluster_id,
                   controller_id=ctx.ownership.controller_id(), topics=topics)
+    if getattr(request.body, "include_topic_authorized_operations", False):
+        for topic in topics:
+            if topic["error_code"] == ErrorCode.none:
+                topic["topic_authorized_operations"] = ctx.access.authorized_operations(ResourceType.TOPIC,
+                                                                                        topic["name"])
+    if getattr(request.body, "include_cluster_authorized_operations", False):  # v8-v10
+        values["cluster_authorized_operations"] = ctx.access.cluster_authorized_operations()
     if sum(len(topic["partitions"]) for topic in topics) < 10_000:
         return respond(request, values)
     # Building (and then encoding) an answer over a large catalog takes a fraction of a

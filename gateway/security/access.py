@@ -19,7 +19,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 
 from ..config import GatewayConfig, Listener
 from ..metrics import Metrics
-from .acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
+from .acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Authorizer, Operation, ResourceType
 from .plain import parse_plain
 from .scram import MECHANISMS, AuthenticationFailed, ScramExchange, make_credential
 from .store import SecurityStore
@@ -213,6 +213,18 @@ class Access:
     def require_cluster(self, operation: Operation) -> None:
         if not self.allowed_cluster(operation):
             raise KafkaError(ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is not allowed")
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The operations the current client may do on a resource, as the bit field Metadata,
+        DescribeCluster and DescribeGroups report (bit n: Operation n; Kafka's supported set)."""
+        return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type]
+                   if self.allowed(operation, resource_type, name, quiet=True))
+
+    def cluster_authorized_operations(self) -> int:
+        """Kafka's rule: the cluster's operations are told only to a client that may describe it."""
+        if not self.allowed_cluster(Operation.DESCRIBE, quiet=True):
+            return 0
+        return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
         if not self.enforcing:

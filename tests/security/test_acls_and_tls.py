@@ -287,3 +287,24 @@ def test_garbage_instead_of_a_tls_handshake_is_closed_and_the_gateway_lives_on(s
     producer = Producer(secure_gateway.sasl_config())
     producer.produce("after-garbage", b"ok")
     assert producer.flush(20) == 0
+
+
+def test_authorized_operations_are_reported_per_principal(alice, secure_gateway):
+    """Metadata v8+, DescribeCluster and DescribeGroups report what the principal may do, as
+    Kafka computes it: alice's prefixed READ/WRITE and denied DELETE on alice-data, nothing
+    on the cluster (she may not describe it); everything for the super user."""
+    from confluent_kafka import TopicCollection
+
+    as_alice, as_admin = AdminClient(alice), _admin(secure_gateway)
+    topic = as_alice.describe_topics(TopicCollection(["alice-data"]), include_authorized_operations=True)
+    described = topic["alice-data"].result(10)
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
+    admin_view = as_admin.describe_topics(TopicCollection(["alice-data"]), include_authorized_operations=True)
+    assert AclOperation.DELETE in admin_view["alice-data"].result(10).authorized_operations
+
+    assert not as_alice.describe_cluster(include_authorized_operations=True).result(10).authorized_operations
+    cluster = as_admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert {AclOperation.DESCRIBE, AclOperation.ALTER, AclOperation.CREATE} <= set(cluster.authorized_operations)
+
+    group = as_alice.describe_consumer_groups(["alice-group"], include_authorized_operations=True)
+    assert set(group["alice-group"].result(10).authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
