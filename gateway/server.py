@@ -29,6 +29,7 @@ from .metrics import Metrics
 from .security.access import Access, Session
 from .security.store import EmbeddedSecurity, EtcdSecurity
 from .security.tls import PrincipalMapper, TlsConfigError, TlsContext, TlsHandshakeFailed, tls_accept
+from .security.tls_stream import TlsStream
 from .storage import AsyncStore
 
 __all__ = ["serve", "Running", "StartupError"]
@@ -227,7 +228,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
 
 
 async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: PrincipalMapper, session: Session,
-                         access: Access, stall_ms: int) -> trio.SSLStream | None:
+                         access: Access, stall_ms: int) -> TlsStream | None:
     """The TLS stream of a new connection, its principal taken from the client certificate
     (when one was sent); None, the connection closed, when the handshake fails."""
     try:

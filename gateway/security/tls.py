@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import trio
 from cryptography import x509
 
+from .tls_stream import TlsStream
+
 __all__ = ["TlsContext", "PrincipalMapper", "TlsConfigError", "TlsHandshakeFailed", "tls_accept"]
 
 log = logging.getLogger("kafscale.security")
@@ -58,6 +60,7 @@ class TlsContext:
     def _build(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.options |= ssl.OP_NO_RENEGOTIATION  # TLS 1.2 renegotiation: a DoS lever, needed by no client
         try:
             context.load_cert_chain(self._certfile, self._keyfile or None, self._password)
             if self._cafile:
@@ -88,9 +91,9 @@ class TlsHandshakeFailed(Exception):
     """A client's TLS handshake failed or timed out (the connection is closed); the text says why."""
 
 
-async def tls_accept(stream: trio.abc.Stream, tls: TlsContext, timeout_s: float) -> trio.SSLStream:
+async def tls_accept(stream: trio.abc.Stream, tls: TlsContext, timeout_s: float) -> TlsStream:
     """The server side of a new connection's TLS handshake, done within ``timeout_s``."""
-    secured = trio.SSLStream(stream, tls.context(), server_side=True)
+    secured = TlsStream(stream, tls.context())
     reason = f"no TLS handshake within {timeout_s * 1000:.0f} ms"
     with trio.move_on_after(timeout_s):
         try:
