@@ -34,10 +34,6 @@ class TlsStream(trio.abc.Stream):
     def getpeercert(self, binary_form: bool = False):
         return self._tls.getpeercert(binary_form)
 
-    @property
-    def version(self) -> str | None:
-        return self._tls.version()
-
     async def do_handshake(self) -> None:
         """Raises ssl.SSLError when TLS refuses the client (after sending it the alert), or
         trio.BrokenResourceError when the client goes away."""
