@@ -95,9 +95,9 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     etcd: EtcdClient | None = None
     if config.etcd_endpoints:
         try:
-            tls = tls_context(config.etcd_cafile, config.etcd_certfile, config.etcd_keyfile)
+            etcd_tls = tls_context(config.etcd_cafile, config.etcd_certfile, config.etcd_keyfile)
             etcd = EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()],
-                              config.etcd_timeout_ms, tls=tls, username=config.etcd_username,
+                              config.etcd_timeout_ms, tls=etcd_tls, username=config.etcd_username,
                               password=config.etcd_password)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise StartupError(f"cannot set up the etcd client: {exc}") from exc

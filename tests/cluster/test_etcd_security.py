@@ -13,7 +13,7 @@ from kafscale.gateway.cluster.etcd import EtcdAuthFailed, EtcdClient, EtcdError,
 from tests.cluster.conftest import LEASE_MS, wait_until
 from tests.support.certs import CertificateAuthority
 from tests.support.etcd_server import EtcdServer
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, free_port
 
 # Leaving an httpx stream early (a cancelled watch) leaves httpx's and httpcore's inner async
 # generators to trio's finalizer, which closes them but warns; they are theirs, not leaks of ours.
@@ -107,14 +107,21 @@ def _etcd_args(server: EtcdServer) -> list[str]:
 
 
 def test_gateways_share_a_tls_etcd_with_auth(tmp_path, secure_etcd, moto_server):
-    """Two gateways whose only metadata store is the secured etcd: one topic's records
-    produced through each, read back through the other; the password comes from the
-    environment and never reaches the logs."""
-    gateways = [GatewayProcess(
-        tmp_path / f"gw{node}", "--storage", moto_server.location(), *moto_server.gateway_args(),
-        "--node-id", str(node), *_etcd_args(secure_etcd), "--lease-ttl-ms", str(LEASE_MS),
-        "--cluster-refresh-ms", "200", "--default-partitions", "2",
-        env={"KAFSCALE_ETCD_PASSWORD": "gateway-secret"}) for node in range(2)]
+    """Two gateways whose only metadata store is the secured etcd, each with a PLAINTEXT and
+    an SSL listener: one topic's records produced over PLAINTEXT, read back over SSL; the
+    password comes from the environment and never reaches the logs."""
+    server = secure_etcd.ca.issue("gateway-server", "localhost", server=True)
+    ssl_ports = [free_port(), free_port()]
+    gateways = []
+    for node in range(2):
+        plain = free_port()
+        gateways.append(GatewayProcess(
+            tmp_path / f"gw{node}", "--storage", moto_server.location(), *moto_server.gateway_args(),
+            "--node-id", str(node), *_etcd_args(secure_etcd), "--lease-ttl-ms", str(LEASE_MS),
+            "--cluster-refresh-ms", "200", "--default-partitions", "2",
+            "--listeners", f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl_ports[node]}",
+            "--ssl-certfile", str(server.cert), "--ssl-keyfile", str(server.key),
+            port=plain, env={"KAFSCALE_ETCD_PASSWORD": "gateway-secret"}))
     try:
         for gateway in gateways:
             gateway.start()
@@ -125,7 +132,9 @@ def test_gateways_share_a_tls_etcd_with_auth(tmp_path, secure_etcd, moto_server)
             producer.produce("secured", str(i).encode(), partition=i % 2,
                              on_delivery=lambda err, _: err and failures.append(err))
         assert producer.flush(30) == 0 and not failures
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+        consumer = Consumer({"bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in ssl_ports),
+                             "security.protocol": "SSL", "ssl.ca.location": str(secure_etcd.ca.cert_path),
+                             "group.id": "g", "auto.offset.reset": "earliest"})
         consumer.subscribe(["secured"])
         seen: set[bytes] = set()
         wait_until(lambda: _poll_into(consumer, seen) >= 20, 60, lambda: f"read back only {sorted(seen)}")
