@@ -33,8 +33,17 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m mypy protocol storage_backends
 
-status=0
-"$VENV/bin/python" -m pytest "$@" || status=$?
+# The log is kept so that a failure's summary can be repeated last: CI shows only the tail.
+log="$(mktemp -t kafscale-pytest.XXXXXX)"
+set +e
+"$VENV/bin/python" -m pytest "$@" 2>&1 | tee "$log"
+status="${PIPESTATUS[0]}"
+set -e
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
+    echo "---- pytest exited with $status; its summary again:" >&2
+    sed -n '/short test summary info/,$p' "$log" | grep -E '^(FAILED|ERROR)|[0-9]+ (passed|failed)' >&2 || true
+fi
+rm -f "$log"
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing" >&2
     exit 1
