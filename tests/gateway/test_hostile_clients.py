@@ -15,18 +15,9 @@ from kafscale.storage_backends import StorageError
 from tests.support.wire_client import Client, fetch, produce
 from tests.support.wire_client import start_gateway as _start
 
-_opened: list = []
-
-
-@pytest.fixture(autouse=True)
-async def _close_clients(opened):
-    _opened[:] = []
-    yield
-    opened.extend(_opened)
-
 
 async def _connect(running) -> Client:
-    return await Client.connect(running.port, _opened)
+    return await Client.connect(running.port)
 
 
 async def _api_versions_answer_within(running, seconds: float) -> None:
@@ -148,7 +139,6 @@ async def test_a_client_that_never_reads_then_vanishes_returns_every_byte(nurser
         await _round_trip(running)
         hog_tasks.cancel_scope.cancel()
     await hog.stream.aclose()
-    _opened.remove(hog.stream)
     await _until(lambda: running.budget.used == 0)
     await _round_trip(running)
 
@@ -168,7 +158,6 @@ async def test_pipelined_huge_fetches_stay_within_the_budget(nursery):
     assert peak <= 16 * 2**20 + 9 * 2**20
     await _round_trip(running)
     await hog.stream.aclose()
-    _opened.remove(hog.stream)
     await _until(lambda: running.budget.used == 0)
 
 
@@ -288,7 +277,6 @@ async def test_the_inflight_gauge_follows_the_budget(nursery):
     registry = running.context.metrics.registry
     assert registry.get_sample_value("kafscale_inflight_request_bytes") == running.budget.used
     await hog.stream.aclose()
-    _opened.remove(hog.stream)
     await _until(lambda: registry.get_sample_value("kafscale_inflight_request_bytes") == 0)
 
 

@@ -29,9 +29,9 @@ async def _call(client, key, version, schema, values, answer, correlation_id=5):
     return decoded
 
 
-async def test_a_client_of_kafka_0_10_commits_lists_and_administers(nursery, opened):
+async def test_a_client_of_kafka_0_10_commits_lists_and_administers(nursery):
     running, _ = await start_gateway(nursery)
-    client = await Client.connect(running.port, opened)
+    client = await Client.connect(running.port)
     batch = bytes(build_batch([Record(i, 1000 + i, None, b"v%d" % i) for i in range(3)]))
     answer = await client.call(0, 9, produce("t", batch))
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none

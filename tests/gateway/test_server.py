@@ -18,18 +18,9 @@ from tests.support.wire_client import fetch as _fetch
 from tests.support.wire_client import produce as _produce
 from tests.support.wire_client import start_gateway as _start
 
-_open_clients: list = []
-
-
-@pytest.fixture(autouse=True)
-async def _close_clients(opened):
-    _open_clients[:] = []
-    yield
-    opened.extend(_open_clients)
-
 
 async def connect(port):
-    return await Client.connect(port, _open_clients)
+    return await Client.connect(port)
 
 
 async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nursery):
@@ -134,7 +125,6 @@ async def test_a_client_resetting_its_connection_does_not_stop_the_server(nurser
         # SO_LINGER 0: close() sends a TCP reset instead of a FIN.
         client.stream.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_LINGER, struct.pack("ii", 1, 0))
         await client.stream.aclose()
-        _open_clients.remove(client.stream)
     await trio.sleep(0.1)
     survivor = await connect(running.port)
     await survivor.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 7)

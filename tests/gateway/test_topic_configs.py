@@ -34,10 +34,10 @@ async def _topic(client, name):
 
 
 @pytest.mark.parametrize("size, source", [(2 * 2**20, STATIC_BROKER_CONFIG), (None, DEFAULT_CONFIG)])
-async def test_topic_defaults_come_from_the_broker_config(nursery, opened, size, source):
+async def test_topic_defaults_come_from_the_broker_config(nursery, size, source):
     overrides = {"segment_bytes": size, "max_message_bytes": size} if size else {}
     running, _ = await start_gateway(nursery, **overrides)
-    client = await Client.connect(running.port, opened)
+    client = await Client.connect(running.port)
     await _topic(client, "t")
     configs = await _describe(client, "t")
     config = running.context.config
@@ -49,9 +49,9 @@ async def test_topic_defaults_come_from_the_broker_config(nursery, opened, size,
     assert (await _describe(client, "t"))["segment.bytes"] == ("4194304", TOPIC_CONFIG)
 
 
-async def test_append_and_subtract_on_a_list_config(nursery, opened):
+async def test_append_and_subtract_on_a_list_config(nursery):
     running, _ = await start_gateway(nursery)
-    client = await Client.connect(running.port, opened)
+    client = await Client.connect(running.port)
     await _topic(client, "l")
     # Appending what is there already changes nothing; compaction is refused as unsupported.
     assert await _alter(client, "l", ("cleanup.policy", APPEND, "delete")) == ErrorCode.none

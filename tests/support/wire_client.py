@@ -20,11 +20,28 @@ def config(**overrides) -> GatewayConfig:
     return GatewayConfig(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
 
 
+# Client streams open to each in-process gateway, closed when that gateway's nursery ends.
+# (Not an autouse fixture: pytest-trio runs only the async fixtures a test names, issue #123.)
+_clients_of: dict[int, list[trio.SocketStream]] = {}
+
+
 async def start_gateway(nursery: trio.Nursery, **overrides):
-    """An in-process gateway on a free port: (its ``Running``, the event that stops it)."""
+    """An in-process gateway on a free port: (its ``Running``, the event that stops it).
+    Clients connected to it close when ``nursery`` ends, whatever the test did."""
     shutdown = trio.Event()
     running = await nursery.start(serve, config(**overrides), shutdown)
+    _clients_of[running.port] = []
+    nursery.start_soon(_close_clients_at_the_end, running.port)
     return running, shutdown
+
+
+async def _close_clients_at_the_end(port: int) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):  # aclose() checkpoints after closing
+            for stream in _clients_of.pop(port, []):
+                await stream.aclose()
 
 
 class Client:
@@ -33,10 +50,9 @@ class Client:
         self.decoder = FrameDecoder()
 
     @classmethod
-    async def connect(cls, port: int, opened: list | None = None) -> Client:
+    async def connect(cls, port: int) -> Client:
         client = cls(await trio.open_tcp_stream("127.0.0.1", port))
-        if opened is not None:
-            opened.append(client.stream)
+        _clients_of.get(port, []).append(client.stream)
         return client
 
     async def send(self, api_key, version, body, correlation_id):
