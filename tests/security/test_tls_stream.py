@@ -81,19 +81,21 @@ async def test_one_receive_takes_every_small_record_the_socket_brought(contexts)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     records = [bytes([i % 256]) * 1000 for i in range(100)]  # 100 records of 1000 bytes (fits socket buffers)
+    all_sent = trio.Event()
     async with trio.open_nursery() as nursery:
         async def client():
             stream = trio.SSLStream(await trio.open_tcp_stream("127.0.0.1", port), client_context,
                                     server_hostname="localhost")
             for record in records:
                 await stream.send_all(record)
+            all_sent.set()
             assert await stream.receive_some() == b"ok"
             await stream.aclose()
 
         nursery.start_soon(client)
         server = TlsStream(await listeners[0].accept(), server_context)
         await server.do_handshake()
-        await trio.sleep(0.2)  # let every record arrive
+        await all_sent.wait()  # on loopback, what was sent is in our receive buffer
         reads = []
         while sum(map(len, reads)) < 100_000:
             reads.append(await server.receive_some(65536))
