@@ -108,6 +108,47 @@ async def test_one_receive_takes_every_small_record_the_socket_brought(contexts)
         await listener.aclose()
 
 
+class _RecordingStream(trio.abc.Stream):
+    """A transport that notes the size of every write."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner, self.writes = inner, []
+
+    async def send_all(self, data) -> None:
+        self.writes.append(len(data))
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes=None) -> bytes:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_large_send_is_encrypted_a_slice_at_a_time(contexts):
+    """Ciphertext waiting for the socket stays bounded: a 5 MB answer is not encrypted whole."""
+    server_context, client_context = contexts
+    client_end, server_end = trio.testing.memory_stream_pair()
+    transport = _RecordingStream(server_end)
+    server = TlsStream(transport, server_context)
+    client = trio.SSLStream(client_end, client_context, server_hostname="localhost")
+    await _handshake(server, client)
+    answer = bytes(range(256)) * 20_000
+    got = {}
+
+    async def read_it():
+        got["client"] = await _receive_exactly(client, len(answer))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_it)
+        await server.send_all(answer)
+    assert got["client"] == answer
+    assert max(transport.writes) <= 256 * 1024 + 8 * 1024, max(transport.writes)  # a slice and its record overhead
+
+
 async def test_a_client_that_vanishes_ends_the_stream(contexts):
     server, client = _pair(contexts)
     await _handshake(server, client)
