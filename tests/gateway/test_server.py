@@ -19,13 +19,9 @@ from tests.support.wire_client import produce as _produce
 from tests.support.wire_client import start_gateway as _start
 
 
-async def connect(port):
-    return await Client.connect(port)
-
-
 async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nursery):
     running, shutdown = await _start(nursery)
-    client = await connect(running.port)
+    client = await Client.connect(running.port)
     for i in range(50):
         await client.send(0, 9, _produce("p", build_batch([(None, b"%d" % i)])), correlation_id=i)
         if i % 10 == 0:
@@ -51,8 +47,8 @@ async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nu
 
 async def test_long_poll_fetch_waits_for_min_bytes_then_wakes_on_produce(nursery):
     running, shutdown = await _start(nursery)
-    consumer = await connect(running.port)
-    producer = await connect(running.port)
+    consumer = await Client.connect(running.port)
+    producer = await Client.connect(running.port)
     await producer.send(0, 9, _produce("lp", build_batch([(None, b"first")])), 1)
     await producer.receive()
     fetch = _fetch("lp", offset=1, max_wait_ms=10_000)
@@ -71,7 +67,7 @@ async def test_long_poll_fetch_waits_for_min_bytes_then_wakes_on_produce(nursery
 
 async def test_fetch_max_wait_expires_with_an_empty_answer(nursery):
     running, shutdown = await _start(nursery)
-    client = await connect(running.port)
+    client = await Client.connect(running.port)
     await client.send(0, 9, _produce("mw", build_batch([(None, b"x")])), 1)
     await client.receive()
     fetch = _fetch("mw", offset=1, max_wait_ms=300)
@@ -85,7 +81,7 @@ async def test_fetch_max_wait_expires_with_an_empty_answer(nursery):
 
 async def test_graceful_shutdown_answers_accepted_produce(nursery):
     running, shutdown = await _start(nursery, linger_ms=60_000, flush_bytes=1 << 30)
-    client = await connect(running.port)
+    client = await Client.connect(running.port)
     await client.send(0, 9, _produce("g", build_batch([(None, b"x")])), 1)
     await trio.sleep(0.1)  # accepted, waiting for its (very long) linger
     shutdown.set()
@@ -96,7 +92,7 @@ async def test_graceful_shutdown_answers_accepted_produce(nursery):
 
 async def test_oversized_frame_closes_the_connection(nursery):
     running, shutdown = await _start(nursery, max_frame_bytes=1024)
-    client = await connect(running.port)
+    client = await Client.connect(running.port)
     await client.stream.send_all(struct.pack(">i", 4096) + b"x" * 100)
     assert await client.receive() is None
     shutdown.set()
@@ -119,14 +115,14 @@ async def test_a_client_resetting_its_connection_does_not_stop_the_server(nurser
 
     running, shutdown = await _start(nursery)
     for _ in range(3):
-        client = await connect(running.port)
+        client = await Client.connect(running.port)
         await client.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 1)
         await client.receive()
         # SO_LINGER 0: close() sends a TCP reset instead of a FIN.
         client.stream.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_LINGER, struct.pack("ii", 1, 0))
         await client.stream.aclose()
     await trio.sleep(0.1)
-    survivor = await connect(running.port)
+    survivor = await Client.connect(running.port)
     await survivor.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 7)
     assert struct.unpack_from(">i", await survivor.receive())[0] == 7
     shutdown.set()
@@ -142,7 +138,7 @@ async def _serving_at_epoch_3(nursery):
 
     running, shutdown = await _start(nursery)
     running.context.logs.ownership = OwnerAtEpoch3(0, "127.0.0.1", running.port)
-    return running, shutdown, await connect(running.port)
+    return running, shutdown, await Client.connect(running.port)
 
 
 async def test_offset_for_leader_epoch_follows_the_partition_epoch(nursery):
@@ -216,7 +212,7 @@ async def test_not_leader_answers_name_the_leader_and_its_endpoint(nursery):
     running, shutdown = await _start(nursery)
     await running.context.logs.create_topic("far", 1)
     running.context.logs.ownership = LedElsewhere(0, "127.0.0.1", running.port)
-    client = await connect(running.port)
+    client = await Client.connect(running.port)
     body = build(request_class(0, 11), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[dict(
         name="far", partition_data=[dict(index=0, records=build_batch([(None, b"x")]))])]))
     await client.send(0, 11, body, 1)
