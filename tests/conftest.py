@@ -33,3 +33,19 @@ def seaweed_server(tmp_path_factory):
     server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"))
     yield server
     server.stop()
+
+
+def pytest_collection_modifyitems(items):
+    """pytest-trio runs only the async fixtures a test names as arguments (its issue #123): an
+    autouse or usefixtures async fixture would silently never run, nor its cleanup."""
+    import inspect
+
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        for name in set(info.initialnames) - set(info.argnames):
+            for fixturedef in info.name2fixturedefs.get(name, ()):
+                if inspect.iscoroutinefunction(fixturedef.func) or inspect.isasyncgenfunction(fixturedef.func):
+                    raise pytest.UsageError(f"{item.nodeid}: async fixture {name!r} is autouse or in usefixtures; "
+                                            "pytest-trio would never run it: name it as an argument")
