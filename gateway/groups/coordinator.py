@@ -79,6 +79,10 @@ class Group:
     rebalance_started: float = 0.0
     rebalance_deadline: float = 0.0
     joined_changed: trio.Event = field(default_factory=trio.Event)
+    # Saves of the stored state (offsets, generation), one at a time: see GroupCoordinator._save.
+    save_lock: trio.Lock = field(default_factory=trio.Lock)
+    changes: int = 0  # changes to the stored state so far
+    saved: int = 0  # how many of them the store holds
 
     def all_joined(self) -> bool:
         return all(m.join_done is not None and not m.join_done.is_set() for m in self.members.values())
@@ -509,7 +513,20 @@ class GroupCoordinator:
         await self._save(group)
 
     async def _save(self, group: Group) -> None:
-        await self._store.save(StoredGroup(group.group_id, group.generation, group.protocol_type, dict(group.offsets)))
+        """Returns once the store holds the group's state with this change. One write at a
+        time, each of the state as it is then: concurrent commits (pipelined, or by several
+        members) once wrote their snapshots in parallel, and an older one landing last lost
+        acknowledged offsets at the next failover. A change an earlier write already carried
+        costs no write of its own."""
+        group.changes += 1
+        change = group.changes
+        async with group.save_lock:
+            if group.saved >= change:
+                return
+            writing = group.changes
+            await self._store.save(StoredGroup(group.group_id, group.generation, group.protocol_type,
+                                               dict(group.offsets)))
+            group.saved = writing
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self._group(group_id)
@@ -528,7 +545,8 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.non_empty_group, f"group {group_id!r} has members")
         group.state = GroupState.DEAD
         del self.groups[group_id]
-        await self._store.delete(group_id)
+        async with group.save_lock:  # after any write in flight, which would bring it back
+            await self._store.delete(group_id)
 
     async def forget_topic(self, topic: str) -> None:
         """Offsets of a deleted topic are removed from every group."""

@@ -210,3 +210,40 @@ async def test_static_members_rejoin_without_rebalance_leader_included(autojump_
                                         assignments={})
         assert synced["assignment"] == old_id.encode()  # its old assignment, untouched
     assert group.state == GroupState.STABLE and group.generation == generation
+
+
+class _SlowFirstSave(GroupStore):
+    """A store whose first write is slow, as one PUT can be behind another on S3."""
+
+    def __init__(self, backend) -> None:
+        super().__init__(AsyncStore(backend, 2), "ns")
+        self.writes = 0
+
+    async def save(self, group) -> None:
+        self.writes += 1
+        await trio.sleep(1.0 if self.writes == 1 else 0.1)
+        await super().save(group)
+
+
+async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock, nursery, backend):
+    """Ten commits in flight at once (pipelined, or several members): every acknowledged one is
+    in the store when it returns, the last one stored wins, and the ones that queued behind the
+    first write share one write."""
+    store = _SlowFirstSave(backend)
+    coordinator = GroupCoordinator(store, SETTINGS)
+    group = coordinator.check_commit("g", "", -1, None)
+    acknowledged = []
+
+    async def commit(offset: int) -> None:
+        await coordinator.commit(group, {("t", 0): CommittedOffset(offset)})
+        acknowledged.append(offset)
+
+    async with trio.open_nursery() as commits:
+        for offset in range(1, 11):
+            commits.start_soon(commit, offset)
+            await trio.sleep(0.01)
+    assert sorted(acknowledged) == list(range(1, 11))
+    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS)
+    await reloaded.load()
+    assert reloaded.committed("g")[("t", 0)].offset == 10
+    assert store.writes == 2
