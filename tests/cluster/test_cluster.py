@@ -62,11 +62,6 @@ class BackgroundProducer:
         return self.acked()
 
 
-def _metric(gateway, name: str) -> float:
-    line = next(line for line in gateway.metrics().splitlines() if line.startswith(name + " "))
-    return float(line.split()[-1])
-
-
 def create_topic(cluster, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(15)
@@ -146,9 +141,9 @@ def test_partitions_spread_over_the_gateways_and_clients_use_all_of_them(cluster
     wait_until(lambda: per_node() == [2, 2, 2], 15, lambda: cluster.owners("spread"))
     owners = cluster.wait_owned("spread", 6, {0, 1, 2})
     # Each gateway's own view agrees (its /metrics counts what it leads).
-    owned = lambda: [_metric(g, "kafscale_owned_partitions") for g in cluster.gateways]  # noqa: E731
+    owned = lambda: [g.metric("kafscale_owned_partitions") for g in cluster.gateways]  # noqa: E731
     wait_until(lambda: owned() == [2, 2, 2], 5, lambda: owned())
-    assert all(_metric(g, "kafscale_lease_valid") == 1 for g in cluster.gateways)
+    assert all(g.metric("kafscale_lease_valid") == 1 for g in cluster.gateways)
     # Every gateway answers Metadata with the three gateways and, once its view is
     # refreshed (cluster_refresh_ms), the same leaders as etcd.
     for gateway in cluster.gateways:

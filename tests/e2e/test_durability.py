@@ -93,13 +93,6 @@ def test_kill_9_mid_produce_loses_nothing_acknowledged(gateway, tmp_path):
     kill_mid_produce_and_verify(gateway, tmp_path, 20_000)
 
 
-def _metric(gateway, name: str) -> float:
-    for line in gateway.metrics().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def _kill_in_rounds(gateway, acks_file, rounds: int, produce_args: list[str], before_kill) -> list:
     """``rounds`` times: (re)start the gateway, produce from another process, wait with
     ``before_kill(round_number)``, kill -9 the gateway; the acknowledged messages."""
@@ -165,9 +158,9 @@ def test_kill_9_during_merging_loses_and_duplicates_nothing(tmp_path):
 
     def trickle(round_number):
         deadline = time.monotonic() + 30
-        while _metric(gateway, "kafscale_segments_merged") < 4 and time.monotonic() < deadline:
+        while gateway.metric("kafscale_segments_merged") < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
-        merged_seen.append(_metric(gateway, "kafscale_segments_merged"))
+        merged_seen.append(gateway.metric("kafscale_segments_merged"))
         time.sleep(0.7 * round_number)  # a different moment of the merge cycle each round
 
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-import urllib.request
 import uuid
 
 import pytest
@@ -41,12 +40,6 @@ def _create_user(gateway, user: str, password: str) -> None:
     upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result(10)
-
-
-def _metric(gateway, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.process.http_port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +192,7 @@ def test_mtls_principal_from_the_certificate(secure_gateway, pki):
 
 @pytest.mark.parametrize("certificate", ["expired", "foreign"])
 def test_expired_or_untrusted_client_certificates_are_refused(secure_gateway, pki, certificate):
-    before = _metric(secure_gateway, 'kafscale_authentications_total{mechanism="TLS",result="failure"}')
+    before = secure_gateway.process.metric('kafscale_authentications_total{mechanism="TLS",result="failure"}')
     context = ssl.create_default_context(cafile=str(pki.ca.cert_path))
     issued = getattr(pki, certificate)
     context.load_cert_chain(str(issued.cert), str(issued.key))
@@ -211,17 +204,17 @@ def test_expired_or_untrusted_client_certificates_are_refused(secure_gateway, pk
                 assert tls.recv(1) == b""  # TLS 1.3 reports the refusal at the first read
                 raise ConnectionError("closed")
     time.sleep(0.2)
-    assert _metric(secure_gateway, 'kafscale_authentications_total{mechanism="TLS",result="failure"}') > before
+    assert secure_gateway.process.metric('kafscale_authentications_total{mechanism="TLS",result="failure"}') > before
 
 
 def test_wrong_passwords_are_refused_slowly_and_counted(secure_gateway):
-    before = _metric(secure_gateway, 'kafscale_authentications_total{mechanism="SCRAM-SHA-512",result="failure"}')
+    before = secure_gateway.process.metric('kafscale_authentications_total{mechanism="SCRAM-SHA-512",result="failure"}')
     producer = Producer({**secure_gateway.sasl_config(ADMIN, "not-the-password"), "message.timeout.ms": 3000})
     errors = []
     producer.produce("t", b"x", on_delivery=lambda err, msg: errors.append(err))
     producer.flush(10)
     assert errors and errors[0] is not None
-    after = _metric(secure_gateway, 'kafscale_authentications_total{mechanism="SCRAM-SHA-512",result="failure"}')
+    after = secure_gateway.process.metric('kafscale_authentications_total{mechanism="SCRAM-SHA-512",result="failure"}')
     # librdkafka retries with backoff; each attempt costs it the 100 ms delay.
     assert 1 <= after - before <= 30
     assert "not-the-password" not in secure_gateway.process.logs()

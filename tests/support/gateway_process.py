@@ -84,3 +84,11 @@ class GatewayProcess:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=5) as response:
             return response.read().decode()
+
+    def metric(self, series: str) -> float:
+        """One series' value, named as /metrics writes it (with its labels, if any); 0 while
+        absent (a labelled counter appears on its first increment)."""
+        for line in self.metrics().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0
