@@ -11,7 +11,9 @@ janitor deletes log objects once nothing in them is needed.
   earlier runs'; the controller also those of gateways that are gone) once every
   entry is compacted, below the log start, or of a deleted topic. Only slots a
   writer has passed go (a seal ahead of it stays until it meets it), never its
-  newest (where seals go after); a sealed run's seal stays ten minutes.
+  newest (where seals go after). A seal of every partition stays for good: it is where
+  a dead writer's sequence ends, and a PUT of that writer held in the network for any
+  time still finds the slot taken (no clock decides when it could be safe to delete).
 """
 
 from __future__ import annotations
@@ -42,8 +44,6 @@ __all__ = ["compact", "Compactor"]
 
 log = logging.getLogger("kafscale.compaction")
 
-# A sealed writer's last object is kept this long (a PUT of its could still be in flight).
-SEAL_GRACE_MS = 10 * 60_000
 COLLECT_INTERVAL_S = 10.0
 
 
@@ -203,7 +203,6 @@ class Compactor:
         # Writers of gateways that are gone are collected by the controller.
         orphans_too = ownership.controller_id() == node
         held: dict[tuple[str, int], tuple[PartitionView, int]] = {}
-        now_ms = int(time.time() * 1000)
         for writer, directories in objects.writers().items():
             if writer == own:
                 # Only slots this writer has passed, and never its newest: a seal ahead of it must
@@ -216,9 +215,8 @@ class Compactor:
                 sealed = next((d for d in directories if d.seals_all), None)
                 if sealed is None:
                     continue  # not fenced yet: its next slots may still be written
+                # The seal itself stays: deleting it would let a late PUT of that writer land.
                 candidates = [d for d in directories if d.sequence < sealed.sequence]
-                if not candidates and now_ms - sealed.created_ms > SEAL_GRACE_MS:
-                    candidates = [sealed]  # a PUT of that run still in flight has long failed
             for directory in candidates:
                 if directory.entries and not directory.is_seal:
                     settled = True

@@ -38,13 +38,14 @@ Unit = tuple[str, int]
 
 class Fencer:
     def __init__(self, store: AsyncStore, namespace: str, objects: LogObjects, own_writer: Callable[[], str],
-                 live_nodes: Callable[[], set[int]] | None = None) -> None:
+                 live_nodes: Callable[[], set[int]], *, clustered: bool) -> None:
         self._store = store
         self._namespace = namespace
         self._objects = objects
         self._own_writer = own_writer
-        # None: a gateway alone, every other writer is a dead or stray run of it.
         self._live_nodes = live_nodes
+        # Alone, every other writer is a dead or stray run of this gateway.
+        self._clustered = clustered
         self._wanted: set[Unit] = set()
         self._lock = trio.Lock()
         self.seals_written = 0
@@ -54,7 +55,7 @@ class Fencer:
         await self._objects.refresh()
         node = writer_node(self._own_writer())
         for writer in self._others():
-            if self._live_nodes is None or writer_node(writer) == node:
+            if not self._clustered or writer_node(writer) == node:
                 await self._seal(writer, set(), seal_all=True)
         await self._objects.refresh()
 
@@ -67,7 +68,7 @@ class Fencer:
                 return  # a round that started after it was wanted covered it
             units, self._wanted = self._wanted, set()
             await self._objects.refresh()
-            live = self._live_nodes() if self._live_nodes is not None else set()
+            live = self._live_nodes() if self._clustered else set()
             for writer in self._others():
                 # A writer of a gateway that is gone is sealed for good.
                 await self._seal(writer, units, seal_all=writer_node(writer) not in live)

@@ -13,33 +13,39 @@ from kafscale.protocol.layout import META_PREFIX
 from .context import GatewayContext
 from .security.tls import TlsContext, TlsHandshakeFailed, tls_accept
 
-__all__ = ["serve_http"]
+__all__ = ["serve_http", "readiness"]
 
 log = logging.getLogger("kafscale.http")
 
+_STORE_ANSWER_S = 2.0
 
-async def _ready(ctx: GatewayContext) -> tuple[bool, str]:
+
+async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
+    """(ready, why): what /readyz answers."""
     if not ctx.ready:
         return False, "starting or stopping"
+    if ctx.logs.writer.taken_over:
+        return False, "a newer run of this gateway took the store over: this one writes nothing"
     lease_valid = getattr(ctx.ownership, "lease_valid", None)
     if lease_valid is not None and not lease_valid():
         return False, "no valid etcd lease (etcd unreachable or this gateway was paused)"
     store = ctx.logs.store
-    with trio.move_on_after(2) as scope:
+    meta = f"{ctx.config.namespace}/{META_PREFIX}/"
+    with trio.move_on_after(_STORE_ANSWER_S) as scope:
         try:
-            await store.list(f"{ctx.config.namespace}/{META_PREFIX}/")
-            if store.write_failure is not None:
-                # Writes were failing: try one (only then, so a healthy gateway's probes cost
-                # no PUTs) and stay unready until the store takes writes again.
-                failure = store.write_failure
-                try:
-                    await store.put(f"{ctx.config.namespace}/{META_PREFIX}/readyz-probe", b"ok", durable=False)
-                except Exception:
-                    return False, f"object store writes are failing: {failure}"
+            await store.probe_list(meta)
         except Exception as exc:
             return False, f"object store unavailable: {exc}"
+        if store.write_failure is not None:
+            # Writes were failing: try one (only then, so a healthy gateway's probes cost no
+            # PUTs) and stay unready until the store takes writes again.
+            failure = store.write_failure
+            try:
+                await store.probe_write(meta + "readyz-probe")
+            except Exception:
+                return False, f"object store writes are failing: {failure}"
     if scope.cancelled_caught:
-        return False, "object store did not answer within 2 s"
+        return False, f"object store did not answer within {_STORE_ANSWER_S:g} s"
     return True, "ready"
 
 
@@ -67,7 +73,7 @@ async def _handle(ctx: GatewayContext, stream: trio.SocketStream) -> None:
             elif path == "/healthz":
                 await _respond(stream, "200 OK", "text/plain", b"ok\n")
             elif path == "/readyz":
-                ok, reason = await _ready(ctx)
+                ok, reason = await readiness(ctx)
                 await _respond(stream, "200 OK" if ok else "503 Service Unavailable", "text/plain",
                                reason.encode() + b"\n")
             else:

@@ -53,16 +53,20 @@ def new_writer_id(node_id: int) -> str:
 
 class LogWriter:
     def __init__(self, store: AsyncStore, namespace: str, node_id: int, objects: LogObjects,
-                 linger_ms: int, flush_bytes: int) -> None:
+                 linger_ms: int, flush_bytes: int, *, clustered: bool,
+                 on_new_writer: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.namespace = namespace
         self.node_id = node_id
         self.writer_id = new_writer_id(node_id)
-        # Called when this writer was sealed whole and a new one took its place: every loaded
-        # partition must be loaded again (fencing the others first) before it is written.
-        # Alone, a seal of everything means a newer run of this gateway took the store over:
-        # this one stops writing. In a cluster it was only taken for dead and writes on.
-        self.on_new_writer: Callable[[], None] | None = None
+        # A seal of every partition in this writer's next slot: alone, a newer run of this
+        # gateway took the store over, and this one stops writing (``taken_over``). In a
+        # cluster another gateway only took this one for dead: it writes on as a new writer,
+        # after ``on_new_writer`` (every loaded partition is loaded again, fencing the others
+        # first, before it is written).
+        self.clustered = clustered
+        self.on_new_writer = on_new_writer
+        self.taken_over = False
         self.objects = objects
         self.linger_ms = linger_ms
         self.flush_bytes = flush_bytes
@@ -125,7 +129,8 @@ class LogWriter:
             if self.sealed_all or not partition_log.writable():
                 partition_log.not_written(pending, KafkaError(
                     ErrorCode.not_leader_or_follower,
-                    f"this gateway no longer owns {partition_log.topic}-{partition_log.partition}"))
+                    f"this gateway no longer owns {partition_log.topic}-{partition_log.partition} "
+                    f"under epoch {partition_log.epoch}"))
                 continue
             items.append((partition_log, pending))
         delay = _RETRY_FIRST_S
@@ -151,9 +156,10 @@ class LogWriter:
             items = self._apply_seal(outcome, items)
             self.sequence += 1
             if self.sealed_all:
-                if self.on_new_writer is not None:
+                if self.clustered:
                     await self._start_new_writer()
                 else:
+                    self.taken_over = True
                     log.critical("another run of this gateway took the store over: this one writes nothing more")
                 return
 
@@ -172,8 +178,7 @@ class LogWriter:
                 await self.store.wait_writable(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
         log.warning("this gateway's writer was sealed; writing on as %s", self.writer_id)
-        if self.on_new_writer is not None:
-            self.on_new_writer()
+        self.on_new_writer()
 
     async def _put(self, directory: LogObjectDirectory, data: bytes) -> LogObjectDirectory | None:
         """Our directory once written; the directory found in the slot if it was taken;

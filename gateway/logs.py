@@ -13,7 +13,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topic_prefix
 
 from .cache import ByteLRU
-from .cluster.ownership import Ownership, SoleGateway
+from .cluster.ownership import Ownership
 from .compaction import Compactor
 from .config import GatewayConfig
 from .fencing import Fencer
@@ -42,20 +42,19 @@ def validate_topic_name(name: str | None) -> None:
 
 class LogManager:
     def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore,
-                 ownership: Ownership | None = None) -> None:
+                 ownership: Ownership) -> None:
         self.config = config
         self.store = store
         self.metadata = metadata
-        self.clustered = ownership is not None
-        self.ownership: Ownership = ownership or SoleGateway(config.node_id, *config.advertised)
+        self.ownership = ownership
+        self.clustered = ownership.clustered
         self.cache: ByteLRU = ByteLRU(config.cache_bytes)
         self.objects = LogObjects(store, config.namespace)
         self.writer = LogWriter(store, config.namespace, config.node_id, self.objects,
-                                config.flush_linger_ms, config.flush_max_bytes)
-        live = (lambda: {broker.node_id for broker in self.ownership.brokers()}) if self.clustered else None
-        self.fencer = Fencer(store, config.namespace, self.objects, lambda: self.writer.writer_id, live)
-        if self.clustered:
-            self.writer.on_new_writer = self._fence_loaded
+                                config.flush_linger_ms, config.flush_max_bytes,
+                                clustered=self.clustered, on_new_writer=self._fence_loaded)
+        self.fencer = Fencer(store, config.namespace, self.objects, lambda: self.writer.writer_id,
+                             lambda: {broker.node_id for broker in self.ownership.brokers()}, clustered=self.clustered)
         self.compactor = Compactor(self, time_share=config.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
@@ -220,7 +219,7 @@ class LogManager:
         try:
             partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache,
                                          self.writer, epoch=epoch, topic_id=info.topic_id.bytes,
-                                         writable=lambda: self.ownership.owns(topic, partition))
+                                         owned_epoch=lambda: self._owned_epoch(topic, partition))
             try:
                 if self.clustered:
                     await self.fencer.fence(key)  # no former owner can store this partition any more
@@ -233,6 +232,10 @@ class LogManager:
         finally:
             del self._loading[key]
             loading.set()
+
+    def _owned_epoch(self, topic: str, partition: int) -> int | None:
+        leader = self.ownership.leader(topic, partition)
+        return leader[1] if leader is not None and self.ownership.owns(topic, partition) else None
 
     def _fence_loaded(self) -> None:
         for partition_log in self._logs.values():

@@ -95,16 +95,17 @@ class Pending:
 class PartitionLog:
     def __init__(
         self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU,
-        writer: LogWriter, *, epoch: int = 0, writable: Callable[[], bool] = lambda: True,
+        writer: LogWriter, *, epoch: int, owned_epoch: Callable[[], int | None],
         topic_id: bytes = bytes(16),
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
-        # In a cluster: the leader epoch this log was loaded under, and whether this
-        # gateway still owns the partition (asked before every write).
+        # The leader epoch this log was loaded under; every append it takes is accepted under
+        # it. ``owned_epoch`` answers under which epoch this gateway owns the partition now
+        # (None: it does not), asked before every write.
         self.epoch = epoch
-        self.writable = writable
+        self._owned_epoch = owned_epoch
         self.store = store
         self.settings = settings
         self.cache = cache
@@ -129,6 +130,13 @@ class PartitionLog:
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
+
+    def writable(self) -> bool:
+        """Whether what this log accepted may be written: it was not sealed, and this gateway
+        owns the partition under the epoch the log (and so each of its appends) was loaded
+        under. Owning it again under a newer epoch is not enough: another gateway may have
+        used the offsets in between."""
+        return not self.fenced and self._owned_epoch() == self.epoch
 
     def reconfigure(self, settings: LogSettings) -> None:
         """New topic settings (e.g. segment.bytes) apply from the next compaction."""

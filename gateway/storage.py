@@ -25,6 +25,7 @@ class AsyncStore:
         self.write_failure: str | None = None
         self._healthy = trio.Event()
         self._healthy.set()
+        self._probes = trio.CapacityLimiter(1)
 
     def describe(self) -> str:
         return self.sync.describe()
@@ -62,6 +63,20 @@ class AsyncStore:
         """Return when a write succeeds (e.g. the readiness probe's) or after ``timeout_s``."""
         with trio.move_on_after(timeout_s):
             await self._healthy.wait()
+
+    async def probe_list(self, prefix: str) -> None:
+        """A readiness check's listing: in a thread of its own, one probe at a time, abandoned
+        when the caller gives up, so a store that accepts connections and never answers can
+        neither hang the probe nor take the storage threads."""
+        await trio.to_thread.run_sync(self.sync.list, prefix, limiter=self._probes, abandon_on_cancel=True)
+
+    async def probe_write(self, key: str) -> None:
+        """A readiness check's write (as :meth:`probe_list`); one that succeeds ends the
+        write failure and wakes a writer waiting to retry."""
+        await trio.to_thread.run_sync(partial(self.sync.put, key, b"ok", durable=False),
+                                      limiter=self._probes, abandon_on_cancel=True)
+        self.write_failure = None
+        self._healthy.set()
 
     async def get(self, key: str) -> bytes:
         return await self._run(self.sync.get, key)

@@ -55,6 +55,8 @@ def _unit_key(unit: tuple[str, int]) -> str:
 
 
 class ClusterMember:
+    clustered = True
+
     def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, root: str,
                  endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = config.node_id

@@ -44,6 +44,9 @@ class Broker:
 
 class Ownership(Protocol):
     node_id: int
+    # Whether other gateways share the store. Alone, every other writer in the store is an
+    # earlier run of this gateway; in a cluster, other gateways' writers are live.
+    clustered: bool
 
     def brokers(self) -> list[Broker]: ...
     def controller_id(self) -> int: ...
@@ -55,6 +58,8 @@ class Ownership(Protocol):
 
 class SoleGateway:
     """One gateway: it leads every partition (epoch 0) and coordinates every group."""
+
+    clustered = False
 
     def __init__(self, node_id: int, host: str, port: int, endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = node_id

@@ -243,7 +243,7 @@ async def test_a_null_array_closes_the_connection_with_one_log_line(nursery, cap
 
 
 async def test_ready_is_false_while_writes_fail_and_true_once_they_work(nursery, monkeypatch):
-    from kafscale.gateway.http import _ready
+    from kafscale.gateway.http import readiness as _ready
 
     running, _ = await _start(nursery)
     ctx = running.context
@@ -266,6 +266,33 @@ async def test_ready_is_false_while_writes_fail_and_true_once_they_work(nursery,
     monkeypatch.undo()
     assert (await _ready(ctx))[0]
     await _round_trip(running, "w")
+
+
+async def test_ready_answers_in_two_seconds_while_the_store_hangs(nursery, monkeypatch):
+    """Issue 20 item 13: a store that takes requests and never answers (every storage thread
+    stuck in it) gets a 503 after 2 s, not a probe that hangs with it."""
+    import threading
+
+    from kafscale.gateway.http import readiness
+
+    running, _ = await _start(nursery, storage_threads=2)
+    ctx = running.context
+    backend = ctx.logs.store.sync
+    hung = threading.Event()
+
+    def hang(*args, **kwargs):
+        hung.wait(60)
+        raise StorageError("gave up")
+
+    monkeypatch.setattr(backend, "list", hang)
+    try:
+        for _ in range(2):  # the second probe finds the first one's thread still stuck
+            started = trio.current_time()
+            ready, reason = await readiness(ctx)
+            assert not ready and "did not answer within 2 s" in reason
+            assert trio.current_time() - started < 2.5
+    finally:
+        hung.set()
 
 
 async def test_the_inflight_gauge_follows_the_budget(nursery):

@@ -237,3 +237,29 @@ async def test_not_leader_answers_name_the_leader_and_its_endpoint(nursery):
     assert (partition.current_leader.leader_id, partition.current_leader.leader_epoch) == (7, 4)
     assert [e.node_id for e in answer.node_endpoints] == [7]
     shutdown.set()
+
+
+async def test_a_lone_gateway_whose_store_a_newer_run_took_over_stops_writing(nursery, tmp_path):
+    """Issue 20 item 3, through the server's own wiring: alone, a seal of every partition in
+    this run's writer means a newer run of the gateway took the store over. The older run
+    must write nothing more (a cluster member would go on as a new writer) and say so."""
+    from kafscale.gateway.http import readiness
+    from kafscale.protocol.layout import log_prefix
+
+    storage = f"file://{tmp_path}"
+    older, _ = await _start(nursery, storage=storage, fsync=False)
+    client = await Client.connect(older.port)
+    answer = await client.call(0, 9, _produce("t", build_batch([(None, b"first")])))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    newer, _ = await _start(nursery, storage=storage, fsync=False)  # seals the older run at start
+    answer = await client.call(0, 9, _produce("t", build_batch([(None, b"late")])))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    objects = [i.key for i in await older.context.logs.store.list(log_prefix("kafscale"))]
+    answer = await client.call(0, 9, _produce("t", build_batch([(None, b"later")])))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    assert [i.key for i in await older.context.logs.store.list(log_prefix("kafscale"))] == objects  # nothing new
+    ok, reason = await readiness(older.context)
+    assert not ok and "newer run" in reason
+    reader = await Client.connect(newer.port)
+    data = (await reader.call(1, 12, _fetch("t", offset=0, max_wait_ms=0))).responses[0].partitions[0]
+    assert data.high_watermark == 1

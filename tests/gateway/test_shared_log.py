@@ -1,6 +1,7 @@
 """The shared log under trio over real backends (memory and local files): one log object per
 flush for every partition, seals, writes in doubt, compaction and the janitor, recovery."""
 
+import time
 import types
 from dataclasses import replace
 
@@ -9,7 +10,7 @@ import trio
 
 from kafscale.gateway.cache import ByteLRU
 from kafscale.gateway.cluster.ownership import SoleGateway
-from kafscale.gateway.compaction import compact
+from kafscale.gateway.compaction import Compactor, compact
 from kafscale.gateway.fencing import Fencer
 from kafscale.gateway.log_objects import LogObjects
 from kafscale.gateway.log_writer import LogWriter
@@ -47,11 +48,11 @@ class Node:
     def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True):
         self.store = store
         self.objects = LogObjects(store, "ns")
-        self.writer = LogWriter(store, "ns", node_id, self.objects, linger_ms, 1 << 20)
-        self.fencer = Fencer(store, "ns", self.objects, lambda: self.writer.writer_id,
-                             None if alone else (lambda: {0, 1}))
+        self.writer = LogWriter(store, "ns", node_id, self.objects, linger_ms, 1 << 20, clustered=not alone)
+        self.fencer = Fencer(store, "ns", self.objects, lambda: self.writer.writer_id, lambda: {0, 1},
+                             clustered=not alone)
         self.settings = settings
-        self.owned = {}
+        self.epochs = {}  # (topic, partition) -> the epoch this node owns it under
 
     async def start(self, nursery):
         await self.fencer.seal_earlier_runs()
@@ -59,10 +60,20 @@ class Node:
         await nursery.start(self.writer.run)
         return self
 
+    def lose(self, partition, topic="t"):
+        self.epochs[(topic, partition)] = None
+
+    def own(self, partition, topic="t"):
+        """Own the partition (again): under a newer epoch, as a cluster hands it out."""
+        known = [epoch for epoch in self.epochs.values() if epoch is not None]
+        self.epochs[(topic, partition)] = max(known, default=0) + 1
+
     async def open(self, partition=0, topic="t", fence=False):
-        self.owned[(topic, partition)] = True
+        if self.epochs.get((topic, partition)) is None:
+            self.own(partition, topic)
+        unit = (topic, partition)
         log = PartitionLog(topic, partition, self.store, self.settings, ByteLRU(1 << 20), self.writer,
-                           writable=lambda: self.owned[(topic, partition)])
+                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit])
         if fence:
             await self.fencer.fence((topic, partition))
         await recover(log, self.objects)
@@ -162,7 +173,7 @@ async def test_a_put_delayed_past_the_lease_never_becomes_visible(nursery):
     backend.hold, backend.held, backend.release = a.writer.writer_id, threading.Event(), threading.Event()
     _, delayed = a0.append(*_record_set(start=50))
     await trio.to_thread.run_sync(backend.held.wait)
-    a.owned[("t", 0)] = False  # the lease runs out while the PUT hangs
+    a.lose(0)  # the lease runs out while the PUT hangs
     b0 = await b.open(0, fence=True)
     for i in range(2):
         _, ticket = b0.append(*_record_set(start=3 + 3 * i))
@@ -233,11 +244,11 @@ async def test_losing_the_partition_before_the_write_fails_and_rolls_numbering_b
     node = await Node(store, linger_ms=50).start(nursery)
     log = await node.open()
     _, ticket = log.append(*_record_set())
-    node.owned[("t", 0)] = False
+    node.lose(0)
     with pytest.raises(KafkaError) as info:
         await ticket.wait()
     assert info.value.code == ErrorCode.not_leader_or_follower and log.high_watermark == 0
-    node.owned[("t", 0)] = True
+    node.epochs[("t", 0)] = log.epoch  # owned again under the same epoch (a lease renewed in time)
     base, ticket = log.append(*_record_set())
     await ticket.wait()
     assert base == 0
@@ -386,11 +397,13 @@ async def test_idempotent_state_is_rebuilt_from_log_objects_and_segments(store, 
 
 async def test_a_topic_created_again_does_not_see_the_old_ones_records(store, nursery):
     node = await Node(store).start(nursery)
-    old = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, topic_id=b"\x01" * 16)
+    old = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, epoch=0,
+                       owned_epoch=lambda: 0, topic_id=b"\x01" * 16)
     await recover(old, node.objects)
     _, ticket = old.append(*_record_set())
     await ticket.wait()
-    new = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, topic_id=b"\x02" * 16)
+    new = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, epoch=0,
+                       owned_epoch=lambda: 0, topic_id=b"\x02" * 16)
     await recover(new, node.objects)
     assert new.high_watermark == 0
 
@@ -451,3 +464,85 @@ async def test_the_janitor_never_deletes_a_seal_ahead_of_its_writer(store, nurse
     with pytest.raises(KafkaError) as info:
         await ticket.wait()
     assert info.value.code == ErrorCode.not_leader_or_follower
+
+
+async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(monkeypatch, nursery):
+    """Issue 20 item 1: the seal of a dead writer is never deleted, whatever the janitor's
+    clock says, so a PUT held in the network past everything still finds its slot taken."""
+    import threading
+
+    from kafscale.gateway import compaction
+
+    backend = DelayedPuts()
+    store = AsyncStore(backend, 4)
+    a = await Node(store, node_id=0, alone=False).start(nursery)
+    a0 = await a.open(0)
+    _, ticket = a0.append(*_record_set())
+    await ticket.wait()
+    sealed_writer = a.writer.writer_id
+    backend.hold, backend.held, backend.release = sealed_writer, threading.Event(), threading.Event()
+    _, late = a0.append(*_record_set(start=50))
+    await trio.to_thread.run_sync(backend.held.wait)  # a's PUT for its next slot hangs
+    b = await Node(store, node_id=0).start(nursery)  # a newer run of the node seals a whole
+    b0 = await b.open(0)
+    assert await compact(b0) == 3
+    future = time.time() + 10 * 365 * 86400  # the janitor's clock: ten years later
+    monkeypatch.setattr(compaction.time, "time", lambda: future)
+    janitor = Compactor(_Manager(store, b, [b0]))
+    for _ in range(3):  # deletes a's settled objects, and would delete the seal next
+        await b.objects.refresh()
+        await janitor.collect()
+    monkeypatch.undo()
+    backend.release.set()
+    with pytest.raises(KafkaError) as info:
+        await late.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower
+    assert a.writer.writer_id != sealed_writer  # a cluster member writes on as a new writer
+    reader = await Node(store, node_id=2).start(nursery)
+    assert _values(await (await reader.open(0)).read(0, 1 << 20)) == [b"v0", b"v1", b"v2"]
+    remaining = [i.key for i in await store.list(log_prefix("ns", sealed_writer))]
+    assert len(remaining) == 1  # the seal, for good
+
+
+class FailingLogPuts(MemoryBackend):
+    """One writer's own PUTs of data objects fail (outcome unknown) while ``down``; seals
+    other gateways put in its slots go through."""
+
+    down: str | None = None
+
+    def put_if_absent(self, key, data):
+        if self.down and self.down in key and data[6:8] == b"\x00\x00":  # kind 0: data
+            raise StorageUnavailable("injected: the PUT's answer was lost")
+        super().put_if_absent(key, data)
+
+
+async def test_appends_accepted_under_a_lost_epoch_are_never_written(nursery):
+    """Issue 20 item 2: a has appends queued while a write is in doubt, loses the partition
+    (b seals it and acknowledges other data at those offsets), then owns it again under a
+    new epoch. The stale appends must fail, never be written at offsets b used."""
+    backend = FailingLogPuts()
+    store = AsyncStore(backend, 4)
+    a = await Node(store, node_id=0, alone=False).start(nursery)
+    b = await Node(store, node_id=1, alone=False).start(nursery)
+    a0, a1 = await a.open(0), await a.open(1)
+    _, ticket = a0.append(*_record_set())
+    await ticket.wait()
+    backend.down = a.writer.writer_id
+    _, in_doubt = a1.append(*_record_set())  # a's next object is in doubt
+    with pytest.raises(KafkaError):
+        await in_doubt.wait()
+    _, stale = a0.append(*_record_set(start=100))  # accepted while the write is retried
+    a.lose(0)
+    b0 = await b.open(0, fence=True)  # b seals partition 0 in a's in-doubt slot
+    _, ticket = b0.append(*_record_set(start=3))
+    await ticket.wait()
+    a.own(0)  # a is given partition 0 back, under a newer epoch, before its write is decided
+    backend.down = None
+    await store.put("probe", b"")  # wakes a's writer: its retry meets b's seal
+    with trio.fail_after(10), pytest.raises(KafkaError) as info:
+        await stale.wait()
+    assert info.value.code == ErrorCode.not_leader_or_follower
+    await in_doubt.wait()  # partition 1 was not sealed: written at the slot after the seal
+    reader = await Node(store, node_id=2).start(nursery)
+    data = await (await reader.open(0)).read(0, 1 << 20)
+    assert _values(data) == [b"v%d" % i for i in range(6)]  # b's data at offsets 3-5, none of a's
