@@ -25,15 +25,16 @@ SMALL_REQUEST = 1 << 20
 
 
 class ByteBudget:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, small_request: int = SMALL_REQUEST) -> None:
         self.capacity = capacity
-        self.reserve = capacity // 4  # only small requests may use this part
+        self.reserve = capacity // 4  # only requests up to ``small_request`` may use this part
+        self.small_request = small_request
         self.used = 0
         self._lot = trio.lowlevel.ParkingLot()
 
     def limit_for(self, size: int) -> int:
-        """How full the budget may be after taking ``size``."""
-        return self.capacity if size <= SMALL_REQUEST else self.capacity - self.reserve
+        """How full the budget may be after taking ``size`` (for a frame of that size)."""
+        return self.capacity if size <= self.small_request else self.capacity - self.reserve
 
     @property
     def free_for_large(self) -> int:
@@ -56,17 +57,20 @@ class ConnectionBudget:
         self.held = 0
         self.closed = False
 
-    def _fits(self, size: int) -> bool:
+    def _fits(self, size: int, frame_size: int) -> bool:
         budget = self._budget
         within_share = self.held == 0 or self.held + size <= self.share
-        return within_share and budget.used + size <= budget.limit_for(size)
+        return within_share and budget.used + size <= budget.limit_for(frame_size)
 
-    async def acquire(self, size: int) -> int:
-        """Wait until ``size`` more bytes fit; returns what was taken. A frame larger than
-        all a large frame may use takes all of that, so it can still proceed alone."""
+    async def acquire(self, size: int, *, frame_size: int | None = None) -> int:
+        """Wait until ``size`` more bytes fit; returns what was taken. ``frame_size``: the
+        frame these bytes are part of, when they are only some of it (its size decides
+        whether they may use the reserve). A frame larger than all a large frame may use
+        takes all of that, so it can still proceed alone."""
         budget = self._budget
-        size = min(size, budget.capacity - budget.reserve) if size > SMALL_REQUEST else size
-        while not self._fits(size):
+        frame_size = size if frame_size is None else frame_size
+        size = min(size, budget.capacity - budget.reserve) if frame_size > budget.small_request else size
+        while not self._fits(size, frame_size):
             await self._budget._lot.park()
         self._take(size)
         return size

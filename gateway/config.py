@@ -181,6 +181,12 @@ class GatewayConfig:
     connection_inflight_bytes: int = _opt(
         64 * 2**20, "request and unsent response bytes one connection may hold (beyond one request)",
         minimum=1024)
+    sasl_max_receive_bytes: int = _opt(
+        512 * 2**10, "largest request frame before a SASL listener's client has authenticated; bigger ones "
+        "close the connection (Kafka's sasl.server.max.receive.size)", minimum=64)
+    unauthenticated_inflight_bytes: int = _opt(
+        16 * 2**20, "request and unsent response bytes held across all connections not yet authenticated: "
+        "a pool of their own, so they cannot take the memory of authenticated clients", minimum=1024)
     max_inflight_requests: int = _opt(
         1024, "pipelined requests in flight per connection (produce requests wait up to linger_ms for their "
         "log object, so a client sending every few ms needs hundreds; their bytes are bounded by the budgets)",

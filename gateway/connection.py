@@ -13,6 +13,11 @@ until sent. Whatever ends the connection, its budget account is closed and
 every byte returns. A connection idle past ``connections_max_idle_ms``, or
 stalled mid-request or mid-response past ``connection_stall_ms``, is closed.
 
+Before authentication on a SASL listener, frames are capped at
+``sasl_max_receive_bytes`` (Kafka's 512 KiB) and charged as their bytes arrive,
+not as announced, to a pool of their own (``unauthenticated_inflight_bytes``):
+clients that never log in cannot take the memory authenticated ones use.
+
 Authentication: on a SASL listener only ApiVersions, SaslHandshake and
 SaslAuthenticate are read until the session is authenticated, and a session past
 its lifetime (KIP-368) may only re-authenticate; anything else closes the
@@ -68,11 +73,13 @@ class _Closing(Exception):
 
 class Connection:
     def __init__(self, ctx: GatewayContext, stream: trio.abc.Stream, budget: ByteBudget, peer: str,
-                 session: Session) -> None:
+                 session: Session, *, unauthenticated: ByteBudget) -> None:
         self.ctx = ctx
         self.stream = stream
         self.session = session
         self.account = budget.connection(ctx.config.connection_inflight_bytes)
+        # What this connection holds before it authenticated: one capped frame and its answer.
+        self.unauthenticated_account = unauthenticated.connection(ctx.config.sasl_max_receive_bytes + 2 * 65536)
         self.peer = peer
         self.reader_scope = trio.CancelScope()
         self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
@@ -95,6 +102,7 @@ class Connection:
             log.info("closing connection from %s: %s", self.peer, group.exceptions[0])
         finally:
             self.account.close()  # every byte this connection held, wherever it stopped
+            self.unauthenticated_account.close()
             await trio.aclose_forcefully(self.stream)
 
     async def _receive(self, request_deadline: float | None) -> bytes:
@@ -117,21 +125,25 @@ class Connection:
                 raise _Closing(f"idle for {config.connections_max_idle_ms} ms")
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
-        decoder = FrameDecoder(self.ctx.config.max_frame_bytes)
-        stall = self.ctx.config.connection_stall_ms / 1000
+        config = self.ctx.config
+        decoder = FrameDecoder(config.max_frame_bytes)
+        stall = config.connection_stall_ms / 1000
         reserved = 0  # budget taken for the frame being assembled
         request_deadline: float | None = None  # when the started request must be complete
         while True:
+            authenticated = self.session.authenticated
+            account = self.account if authenticated else self.unauthenticated_account
+            decoder.max_frame_size = config.max_frame_bytes if authenticated else config.sasl_max_receive_bytes
             try:
                 frame = decoder.next_frame()
             except ProtocolError as exc:
                 self._violation(exc)
                 return
             if frame is None:
-                if decoder.pending_size is not None and not reserved:
+                if authenticated and decoder.pending_size is not None and not reserved:
                     # Reserve before buffering the body: unfinished frames count too. Time
                     # spent waiting for memory is ours, not the client's.
-                    reserved = await self.account.acquire(decoder.pending_size)
+                    reserved = await account.acquire(decoder.pending_size)
                     request_deadline = None
                 if request_deadline is None and (decoder.buffered or decoder.pending_size is not None):
                     request_deadline = trio.current_time() + stall
@@ -139,12 +151,16 @@ class Connection:
                 if not data:
                     return
                 self._ack_now()
+                if not authenticated:
+                    # Charged as the bytes arrive: an announced size costs nothing until sent.
+                    announced = decoder.pending_size if decoder.pending_size is not None else len(data)
+                    reserved += await account.acquire(len(data), frame_size=announced)
                 decoder.feed(data)
                 continue
             request_deadline = None
             if not reserved:
-                reserved = await self.account.acquire(len(frame))
-            slot = _Slot(RequestMemory(self.account, reserved))
+                reserved = await account.acquire(len(frame))
+            slot = _Slot(RequestMemory(account, reserved))
             reserved = 0
             if self.session.raw_tokens:
                 await self._raw_token(frame, slot, send_slots)

@@ -49,6 +49,7 @@ class Running:
     http_port: int | None
     context: GatewayContext
     budget: ByteBudget  # memory held for clients (tests check it returns to zero)
+    unauthenticated: ByteBudget  # the part of it held by clients not yet authenticated
 
 
 async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -143,6 +144,8 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             raise StartupError(str(exc)) from exc
     ctx = GatewayContext(config, logs, metrics, groups, access)
     budget = ByteBudget(config.max_inflight_bytes)
+    # A quarter of it is kept for frames of a real login (a few hundred bytes; 16 KiB at most).
+    unauthenticated = ByteBudget(config.unauthenticated_inflight_bytes, small_request=16 * 1024)
     metrics.inflight_bytes.set_function(lambda: budget.used)
     connections: set[Connection] = set()
 
@@ -167,7 +170,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             if secured is None:
                 return
             stream = secured
-        connection = Connection(ctx, stream, budget, peer, session)
+        connection = Connection(ctx, stream, budget, peer, session, unauthenticated=unauthenticated)
         connections.add(connection)
         ctx.metrics.connections.inc()
         try:
@@ -202,7 +205,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
                      ", ".join(f"{spec.name}://{spec.host}:{spec.port} (advertised {host}:{port})"
                                for (spec, _), (_, host, port) in zip(bound, endpoints, strict=True)),
                      backend.describe(), f"{config.http_host}:{http_port}" if http_port else "off", config.authorizer)
-            task_status.started(Running(port, http_port, ctx, budget))
+            task_status.started(Running(port, http_port, ctx, budget, unauthenticated))
             await shutdown.wait()
 
             log.info("shutting down: no new connections or requests; flushing accepted data")

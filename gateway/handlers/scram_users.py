@@ -16,6 +16,11 @@ from ..security.acl import Operation
 from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted, mechanism_code, mechanism_name
 from .base import register, respond
 
+# Kafka leaves these unbounded; a user name is a principal name and a salt is a few dozen
+# bytes (Kafka's own tools use 64), so larger ones are refused before they are stored.
+MAX_USER_NAME = 512
+MAX_SALT_BYTES = 1024
+
 
 def _describe_error(request: Request, code: ErrorCode):
     return respond(request, dict(error_code=code, error_message=None, results=[]))
@@ -59,6 +64,8 @@ async def handle_alter_user_scram_credentials(ctx, request: Request):
         mechanism = mechanism_name(item.mechanism)
         if not item.name:
             errors[item.name] = (ErrorCode.unacceptable_credential, "empty user name")
+        elif len(item.name) > MAX_USER_NAME:
+            errors[item.name] = (ErrorCode.unacceptable_credential, f"user name longer than {MAX_USER_NAME} characters")
         elif mechanism is None:
             errors[item.name] = (ErrorCode.unsupported_sasl_mechanism, f"unknown SCRAM mechanism {item.mechanism}")
         elif (item.name, item.mechanism) in seen:
@@ -72,6 +79,8 @@ async def handle_alter_user_scram_credentials(ctx, request: Request):
                                  f"iterations must be {MIN_ITERATIONS}-{MAX_ITERATIONS}")
         elif not item.salt or not item.salted_password:
             errors[item.name] = (ErrorCode.unacceptable_credential, "salt and salted password must not be empty")
+        elif len(item.salt) > MAX_SALT_BYTES:
+            errors[item.name] = (ErrorCode.unacceptable_credential, f"salt longer than {MAX_SALT_BYTES} bytes")
         else:
             mechanism = mechanism_name(item.mechanism)
             upserts[item.name].append(credential_from_salted(mechanism, item.salted_password, item.salt,

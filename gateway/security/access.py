@@ -29,6 +29,12 @@ __all__ = ["Session", "Access", "current_session", "ANONYMOUS", "load_plain_user
 log = logging.getLogger("kafscale.security")
 
 ANONYMOUS = "User:ANONYMOUS"
+# Metric labels are ours to choose, never the client's: any other mechanism name is "unknown".
+_KNOWN_MECHANISMS = frozenset({"PLAIN", *MECHANISMS})
+
+
+def mechanism_label(mechanism: str | None) -> str:
+    return mechanism if mechanism in _KNOWN_MECHANISMS else "unknown"
 
 
 @dataclass
@@ -103,6 +109,10 @@ class Access:
         if not session.listener.sasl:
             session.closing = True
             return ErrorCode.illegal_sasl_state
+        if session.reauthenticating or (not session.authenticated and session.mechanism is not None):
+            # One handshake per exchange: Kafka refuses a second one and closes.
+            session.closing = True
+            return ErrorCode.illegal_sasl_state
         if session.authenticated:
             if session.mechanism is None or mechanism != session.mechanism:
                 session.closing = True  # KIP-368: re-authenticate with the same mechanism
@@ -156,13 +166,13 @@ class Access:
         session.exchange = None
         lifetime = self.config.connections_max_reauth_ms
         session.expires_at = trio.current_time() + lifetime / 1000 if lifetime else None
-        self.metrics.authentications.labels(session.mechanism or "", "success").inc()
+        self.metrics.authentications.labels(mechanism_label(session.mechanism), "success").inc()
         return lifetime
 
     def _failed(self, session: Session, mechanism: str, reason: str) -> None:
         session.closing = True
-        self.metrics.authentications.labels(mechanism[:32], "failure").inc()
-        log.warning("authentication failed from %s on %s with %s: %s", session.host, session.listener.name,
+        self.metrics.authentications.labels(mechanism_label(mechanism), "failure").inc()
+        log.warning("authentication failed from %s on %s with %r: %s", session.host, session.listener.name,
                     mechanism[:32], reason)
 
     def tls_failed(self, listener: Listener, host: str, reason: str) -> None:

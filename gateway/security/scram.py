@@ -24,6 +24,7 @@ __all__ = ["MECHANISMS", "ScramCredential", "ScramExchange", "AuthenticationFail
 MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}
 MIN_ITERATIONS = 4096  # Kafka's bounds for AlterUserScramCredentials
 MAX_ITERATIONS = 16384
+MAX_CLIENT_FIRST = 4096
 _NONCE_BYTES = 16
 
 
@@ -122,6 +123,9 @@ class ScramExchange:
         self.done = False
 
     def first(self, message: bytes) -> bytes:
+        if len(message) > MAX_CLIENT_FIRST:
+            # Its nonce is echoed and kept until the exchange ends: real clients send ~60 bytes.
+            raise AuthenticationFailed(f"SCRAM client-first message longer than {MAX_CLIENT_FIRST} bytes")
         try:
             text = message.decode()
         except UnicodeDecodeError as exc:
