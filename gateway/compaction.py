@@ -34,7 +34,7 @@ from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_foo
 from kafscale.storage_backends import ObjectExists, StorageError
 
 from .merging import delete_redundant, merge
-from .partition_log import PartitionLog
+from .partition_log import PartitionLog, refuse_damaged
 from .segments import list_segments, segment_last
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ async def compact(partition_log: PartitionLog) -> int:
                 continue
             if chosen and size + piece.size > partition_log.settings.segment_bytes:
                 break
+            if chosen and piece.base_offset > chosen[-1].last_offset + 1:
+                break  # offsets lost with a damaged log object: the next segment starts after them
             chosen.append(piece)
             size += piece.size
         if not chosen:
@@ -77,6 +79,7 @@ async def compact(partition_log: PartitionLog) -> int:
         limit = partition_log.settings.segment_bytes
         for piece in chosen:
             loaded = await partition_log.load_piece(piece, keep=False)  # copied, then dropped
+            refuse_damaged(piece, loaded)
             for batch in loaded.batches:
                 if batch.last_offset < start:
                     continue
@@ -245,7 +248,7 @@ class Compactor:
             return entry.last_offset < max(partition_log.compacted_end, partition_log.log_start_offset)
         if unit not in held:  # another gateway's partition: what its segments hold
             prefix = partition_prefix(self.logs.config.namespace, *unit)
-            held[unit] = (partition_view(await list_segments(self.logs.store, prefix), ()),
+            held[unit] = (partition_view((await list_segments(self.logs.store, prefix)).segments, ()),
                           info.log_start.get(entry.partition, 0))
         view, log_start = held[unit]
         return entry.last_offset < log_start or view.holds(entry.base_offset, entry.last_offset)

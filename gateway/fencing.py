@@ -22,10 +22,12 @@ from collections.abc import Callable
 
 import trio
 
+from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.layout import log_object_key, writer_node
 from kafscale.protocol.log_object import encode_seal
 from kafscale.storage_backends import ObjectExists
 
+from .damage import DamageReport
 from .log_objects import LogObjects, read_slot
 from .storage import AsyncStore
 
@@ -38,8 +40,9 @@ Unit = tuple[str, int]
 
 class Fencer:
     def __init__(self, store: AsyncStore, namespace: str, objects: LogObjects, own_writer: Callable[[], str],
-                 live_nodes: Callable[[], set[int]], *, clustered: bool) -> None:
+                 live_nodes: Callable[[], set[int]], damage: DamageReport, *, clustered: bool) -> None:
         self._store = store
+        self._damage = damage
         self._namespace = namespace
         self._objects = objects
         self._own_writer = own_writer
@@ -90,7 +93,14 @@ class Fencer:
             try:
                 await self._store.put_if_absent(key, data)
             except ObjectExists:  # the writer got there first: seal the slot after
-                found = await read_slot(self._store, key)
+                try:
+                    found = await read_slot(self._store, key)
+                except SegmentFormatError as exc:
+                    # Torn (its PUT never completed, so never acknowledged) or damaged since:
+                    # the writer cannot go past it either; seal the slot after.
+                    self._damage.record(key, f"log object unreadable, sealed after it: {exc}")
+                    sequence += 1
+                    continue
                 if found is not None:
                     self._objects.add(found, 0)
                     if found.seals_all:

@@ -46,7 +46,11 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
                 return False, f"object store writes are failing: {failure}"
     if scope.cancelled_caught:
         return False, f"object store did not answer within {_STORE_ANSWER_S:g} s"
-    return True, "ready"
+    damage = [ctx.logs.damage.summary()] if len(ctx.logs.damage) else []
+    if ctx.groups.damaged:
+        damage.append(f"{len(ctx.groups.damaged)} group(s) not served, stored state unreadable")
+    # Damage is reported, not made a reason to leave service: the rest is served.
+    return True, "ready" + "".join(f"; {item}" for item in damage)
 
 
 async def _respond(stream: trio.SocketStream, status: str, content_type: str, body: bytes) -> None:

@@ -7,7 +7,6 @@ only the new ones. The gateway's own objects are added as they are written.
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 
 import trio
@@ -24,11 +23,10 @@ from kafscale.protocol.log_object import (
 from kafscale.protocol.log_view import entries_by_partition
 from kafscale.storage_backends import ObjectNotFound
 
+from .damage import DamageReport
 from .storage import AsyncStore
 
 __all__ = ["LogObjects", "read_log_directory", "read_slot"]
-
-log = logging.getLogger("kafscale.log_objects")
 
 _READS_IN_FLIGHT = 16
 
@@ -49,8 +47,9 @@ async def read_slot(store: AsyncStore, key: str) -> LogObjectDirectory | None:
 
 
 class LogObjects:
-    def __init__(self, store: AsyncStore, namespace: str) -> None:
+    def __init__(self, store: AsyncStore, namespace: str, damage: DamageReport) -> None:
         self._store = store
+        self._damage = damage
         self._prefix = log_prefix(namespace)
         self.directories: dict[str, LogObjectDirectory] = {}
         self.sizes: dict[str, int] = {}
@@ -88,8 +87,10 @@ class LogObjects:
                     except ObjectNotFound:
                         pass  # deleted since the listing
                     except SegmentFormatError as exc:
-                        # Never acknowledged (acks wait for the whole write): ignored, kept for inspection.
-                        log.error("log object %s is unreadable, ignored: %s", key, exc)
+                        # Torn (never acknowledged: acks wait for the whole write) or damaged since:
+                        # ignored, kept for inspection. Offsets it held that no other piece holds
+                        # answer CORRUPT_MESSAGE (PartitionLog.read).
+                        self._damage.record(key, f"log object unreadable, ignored: {exc}")
                         self.unreadable.add(key)
 
             async with trio.open_nursery() as nursery:

@@ -16,6 +16,7 @@ from .cache import ByteLRU
 from .cluster.ownership import Ownership
 from .compaction import Compactor
 from .config import GatewayConfig
+from .damage import DamageReport
 from .fencing import Fencer
 from .log_objects import LogObjects
 from .log_writer import LogWriter
@@ -49,12 +50,14 @@ class LogManager:
         self.ownership = ownership
         self.clustered = ownership.clustered
         self.cache: ByteLRU = ByteLRU(config.cache_bytes)
-        self.objects = LogObjects(store, config.namespace)
+        self.damage = DamageReport()
+        self.objects = LogObjects(store, config.namespace, self.damage)
         self.writer = LogWriter(store, config.namespace, config.node_id, self.objects,
                                 config.flush_linger_ms, config.flush_max_bytes,
                                 clustered=self.clustered, on_new_writer=self._fence_loaded)
         self.fencer = Fencer(store, config.namespace, self.objects, lambda: self.writer.writer_id,
-                             lambda: {broker.node_id for broker in self.ownership.brokers()}, clustered=self.clustered)
+                             lambda: {broker.node_id for broker in self.ownership.brokers()}, self.damage,
+                             clustered=self.clustered)
         self.compactor = Compactor(self, time_share=config.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
@@ -219,7 +222,8 @@ class LogManager:
         try:
             partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache,
                                          self.writer, epoch=epoch, topic_id=info.topic_id.bytes,
-                                         owned_epoch=lambda: self._owned_epoch(topic, partition))
+                                         owned_epoch=lambda: self._owned_epoch(topic, partition),
+                                         damage=self.damage)
             try:
                 if self.clustered:
                     await self.fencer.fence(key)  # no former owner can store this partition any more

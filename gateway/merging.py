@@ -31,13 +31,14 @@ from dataclasses import replace
 
 import trio
 
+from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import index_key
 from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.segment import SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound
 
-from .partition_log import PartitionLog
+from .partition_log import PartitionLog, refuse_damaged
 
 __all__ = ["MERGE_MIN", "merge", "merge_run", "delete_redundant"]
 
@@ -85,7 +86,10 @@ async def merge(partition_log: PartitionLog) -> int:
             data, version = await store.get_versioned(first.key)
         except ObjectNotFound:
             return 0
-        head = read_segment(data)
+        try:
+            head = read_segment(data)
+        except SegmentFormatError:
+            return 0  # damaged: served in part by the read path, never rewritten
         if head.last_offset != first.last_offset:
             return 0  # rewritten by another merger since this gateway loaded the partition: not ours to merge now
         builder = SegmentBuilder(first.base_offset)
@@ -94,6 +98,7 @@ async def merge(partition_log: PartitionLog) -> int:
         del data, head
         for piece in run[1:]:
             loaded = await partition_log.load_piece(piece, keep=False)
+            refuse_damaged(piece, loaded)
             for batch in loaded.batches:
                 if batch.last_offset >= builder.next_offset:
                     builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])

@@ -76,8 +76,14 @@ class Metrics:
             ("kafscale_compaction_backlog_age_seconds", "Age of the oldest of them", oldest_age),
             ("kafscale_seals_written", "Seals put in other writers' sequences (total)",
              lambda: logs.fencer.seals_written),
+            ("kafscale_damaged_objects", "Stored objects (and partitions' offset ranges) found damaged: "
+             "served in part, never silently skipped", lambda: len(logs.damage)),
         ]:
             Gauge(name, text, registry=self.registry).set_function(read)
+
+    def watch_groups(self, groups) -> None:
+        Gauge("kafscale_damaged_groups", "Groups not served because their stored state is unreadable",
+              registry=self.registry).set_function(lambda: len(groups.damaged))
 
     def watch_cluster(self, member, etcd) -> None:
         """Cluster mode: what this gateway owns and how much it asks of etcd, read at scrape time."""

@@ -25,11 +25,12 @@ from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.layout import index_key, partition_prefix
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, PartitionView, Piece, StoredSegment, pieces_from
-from kafscale.protocol.records import BatchHeader, restamp
-from kafscale.protocol.segment import Segment, read_segment
+from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
+from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from .cache import ByteLRU
+from .damage import DamageReport
 from .producers import ProducerStates
 from .segments import list_segments
 from .storage import AsyncStore
@@ -37,7 +38,7 @@ from .storage import AsyncStore
 if TYPE_CHECKING:
     from .log_writer import LogWriter
 
-__all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending"]
+__all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending", "refuse_damaged"]
 
 log = logging.getLogger("kafscale.log")
 
@@ -92,10 +93,16 @@ class Pending:
     ticket: FlushTicket
 
 
+def refuse_damaged(piece: Piece, loaded: Segment | EntryBatches) -> None:
+    """Compaction and merging copy whole pieces: a damaged one stays where it is, as it is."""
+    if loaded.damaged:
+        raise KafkaError(ErrorCode.corrupt_message, f"{piece.key} is damaged at offsets {list(loaded.damaged)}; not rewritten")
+
+
 class PartitionLog:
     def __init__(
         self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU,
-        writer: LogWriter, *, epoch: int, owned_epoch: Callable[[], int | None],
+        writer: LogWriter, *, epoch: int, owned_epoch: Callable[[], int | None], damage: DamageReport,
         topic_id: bytes = bytes(16),
     ) -> None:
         self.topic = topic
@@ -110,6 +117,7 @@ class PartitionLog:
         self.settings = settings
         self.cache = cache
         self.writer = writer
+        self.damage = damage
         self.prefix = partition_prefix(settings.namespace, topic, partition)
         self.pieces: list[Piece] = []
         self._bases: list[int] = []
@@ -247,26 +255,43 @@ class PartitionLog:
     async def _fetch_piece(self, piece: Piece) -> Segment | EntryBatches:
         try:
             if piece.entry is None:
+                key = piece.key
                 try:
-                    return read_segment(await self.store.get(piece.key))
+                    data = await self.store.get(key)
                 except ObjectNotFound:
                     if piece.last_offset < self.log_start_offset:
                         raise
                     # Merged into an earlier segment by a gateway that held the partition before.
-                    return read_segment(await self.store.get(await self._segment_holding(piece)))
+                    key = await self._segment_holding(piece)
+                    data = await self.store.get(key)
+                try:
+                    return read_segment(data)
+                except SegmentFormatError as exc:
+                    return self._salvage(piece, key, data, SEGMENT_HEADER_SIZE, segment_body_end(data), exc)
             entry = piece.entry
-            return read_entry(entry, await self.store.get_range(piece.key, entry.position, entry.position + entry.length))
+            data = await self.store.get_range(piece.key, entry.position, entry.position + entry.length)
+            try:
+                return read_entry(entry, data)
+            except SegmentFormatError as exc:
+                return self._salvage(piece, piece.key, data, 0, len(data), exc)
         except ObjectNotFound:
             raise KafkaError(ErrorCode.offset_out_of_range, f"{piece.key} was deleted") from None
         except StorageError as exc:
             raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc
-        except SegmentFormatError as exc:
-            log.error("%s is corrupt: %s", piece.key, exc)
-            raise KafkaError(ErrorCode.kafka_storage_error, f"{piece.key} is corrupt: {exc}") from exc
+
+    def _salvage(self, piece: Piece, key: str, data: bytes, start: int, end: int,
+                 exc: SegmentFormatError) -> EntryBatches:
+        """A piece that fails its checks: its intact batches are served, the damaged offsets
+        are reported (consumers get CORRUPT_MESSAGE there, operators the damage report)."""
+        batches, damaged = salvage_batches(data, start, end, piece.base_offset, piece.last_offset)
+        ranges = ", ".join(f"{low}-{high}" for low, high in damaged)
+        self.damage.record(key if piece.entry is None else f"{key}#{piece.entry.position}",
+                           f"{self.topic}-{self.partition} offsets {ranges or 'none'} unreadable ({exc})")
+        return EntryBatches(data, batches, tuple(damaged))
 
     async def _segment_holding(self, piece: Piece) -> str:
         """The key of the segment that now holds a deleted segment's offsets."""
-        for segment in await list_segments(self.store, self.prefix):
+        for segment in (await list_segments(self.store, self.prefix)).segments:
             if segment.base_offset <= piece.base_offset and segment.last_offset >= piece.last_offset:
                 return segment.key
         raise ObjectNotFound(piece.key)
@@ -300,15 +325,26 @@ class PartitionLog:
             slot += 1
             if piece.last_offset < offset:
                 continue
+            if piece.base_offset > offset:
+                break  # offsets in no piece: a log object whose directory is damaged
             stored = await self.load_piece(piece)
             for batch in stored.batches:
                 if batch.last_offset < offset:
                     continue
+                if batch.base_offset > offset:
+                    break  # a damaged batch of this piece
                 if total + batch.size > max_bytes and (parts or not allow_oversize):
                     return b"".join(parts)
                 parts.append(stored.batch_bytes(batch))
                 total += batch.size
                 offset = batch.last_offset + 1
+            if offset <= piece.last_offset:
+                break
+        if not parts and offset < self.high_watermark:
+            # Never skip acknowledged offsets silently (Kafka's answer to a corrupt record):
+            # the consumer sees the error at this offset and may seek past it.
+            raise KafkaError(ErrorCode.corrupt_message,
+                             f"{self.topic}-{self.partition}: offset {offset} is damaged or lost in storage")
         return b"".join(parts)
 
     def pieces_from(self, offset: int) -> list[Piece]:

@@ -1,9 +1,9 @@
 """Loading a partition: its segments and log-object entries, into one view.
 
 The same rules as the Spark reader (:mod:`kafscale.protocol.log_view`); here with
-the gateway's store and cache, plus what only a writer needs: a torn last
-segment is moved aside, and idempotent-producer state is rebuilt from the
-newest batches.
+the gateway's store and cache, plus what only the owner does: torn segments are
+repaired (their intact batches kept), and idempotent-producer state is rebuilt
+from the newest batches.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kafscale.protocol.log_view import partition_view
 from .log_objects import LogObjects
 from .partition_log import FlushTicket, PartitionLog
 from .producers import ProducerStates
-from .segments import list_segments
+from .segments import list_segments, repair_torn
 
 __all__ = ["recover"]
 
@@ -29,7 +29,10 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
     """Rebuild the partition's pieces, log start, high watermark and producer state."""
     entries = objects.entries_for(partition_log.topic, partition_log.partition, partition_log.topic_id)
     for _attempt in range(_LISTINGS):
-        segments = await list_segments(partition_log.store, partition_log.prefix, repair=True)
+        listing = await list_segments(partition_log.store, partition_log.prefix)
+        segments = listing.segments
+        if listing.torn:
+            segments += await repair_torn(partition_log.store, listing.torn, partition_log.damage)
         view = partition_view(segments, entries, persisted_log_start)
         if not view.holes:
             break
@@ -37,7 +40,8 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
         # read, while the segment holding it was read before the rewrite): list again.
         log.warning("%s: offsets %s are in no listed piece; listing again", partition_log.prefix, view.holes)
     else:
-        log.error("%s: offsets %s are in no piece (lost?)", partition_log.prefix, view.holes)
+        # A log object whose directory is unreadable: those offsets answer CORRUPT_MESSAGE.
+        partition_log.damage.record(partition_log.prefix, f"offsets {list(view.holes)} are in no readable piece")
     partition_log.apply_view(view, ProducerStates())
     partition_log.producers = await _producer_states(partition_log)
 

@@ -135,6 +135,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     except EtcdError as exc:
         raise StartupError(f"etcd at {config.etcd_endpoints}: {exc}") from exc
     metrics.watch_log(logs)
+    metrics.watch_groups(groups)
     if member is not None:
         member.logs, member.groups = logs, groups
         metrics.watch_cluster(member, etcd)

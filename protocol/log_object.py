@@ -123,10 +123,12 @@ class LogObjectDirectory:
 
 @dataclass(frozen=True, slots=True)
 class EntryBatches:
-    """An entry's bytes split into batches (positions relative to ``data``)."""
+    """A piece's bytes split into batches (positions relative to ``data``). A damaged piece
+    holds only its intact batches; ``damaged`` names the offset ranges it cannot serve."""
 
-    data: bytes
+    data: bytes | bytearray
     batches: list[BatchHeader]
+    damaged: tuple[tuple[int, int], ...] = ()
 
     def batch_bytes(self, header: BatchHeader) -> memoryview:
         return memoryview(self.data)[header.position : header.position + header.size]

@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - a build without a compiler
     _native_walk = None
 
 __all__ = [
+    "salvage_batches",
     "BATCH_HEADER_SIZE",
     "BatchHeader",
     "Record",
@@ -161,6 +162,36 @@ def split_batches(data: bytes | memoryview, *, check_crc: bool = True) -> list[B
         headers.append(header)
         pos = batch_end
     return headers
+
+
+def salvage_batches(data: bytes | memoryview, start: int, end: int, first_offset: int,
+                    last_offset: int) -> tuple[list[BatchHeader], list[tuple[int, int]]]:
+    """The intact batches of a damaged stretch ``data[start:end]`` that should hold offsets
+    ``first_offset..last_offset``, and the offset ranges that cannot be served.
+
+    A batch whose CRC fails, but whose header is in place (its base offset the one expected,
+    its length within the stretch), is one damaged range and the walk goes on after it;
+    anything else ends the walk, and everything from there to ``last_offset`` is damaged.
+    """
+    view = memoryview(data)[:end]
+    intact: list[BatchHeader] = []
+    damaged: list[tuple[int, int]] = []
+    expected, pos = first_offset, start
+    while expected <= last_offset:
+        try:
+            header = parse_batch_header(view, pos)
+        except CorruptBatch:
+            break
+        if header.base_offset != expected or header.last_offset > last_offset:
+            break
+        if crc32c(view[pos + _CRC_START : pos + header.size]) == header.crc:
+            intact.append(header)
+        else:
+            damaged.append((expected, header.last_offset))
+        expected, pos = header.last_offset + 1, pos + header.size
+    if expected <= last_offset:
+        damaged.append((expected, last_offset))
+    return intact, damaged
 
 
 def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 30) -> list[BatchHeader]:

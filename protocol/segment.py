@@ -37,6 +37,7 @@ __all__ = [
     "SegmentFooter",
     "SegmentBuilder",
     "Segment",
+    "segment_body_end",
     "parse_segment_header",
     "parse_segment_footer",
     "read_segment",
@@ -168,6 +169,10 @@ class Segment:
     batches: list[BatchHeader]  # positions absolute in ``data``
 
     @property
+    def damaged(self) -> tuple[tuple[int, int], ...]:
+        return ()  # a Segment passed every check
+
+    @property
     def base_offset(self) -> int:
         return self.header.base_offset
 
@@ -217,6 +222,17 @@ def read_segment(data: bytes) -> Segment:
         )
     absolute = [_moved(batch, batch.position + SEGMENT_HEADER_SIZE) for batch in batches]
     return Segment(header, footer, data, absolute)
+
+
+def segment_body_end(data: bytes | bytearray) -> int:
+    """Where a segment's batches end: before its footer, or at its end if the footer is gone."""
+    if len(data) < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
+        return len(data)
+    try:
+        parse_segment_footer(memoryview(data)[len(data) - SEGMENT_FOOTER_SIZE:])
+    except SegmentFormatError:
+        return len(data)
+    return len(data) - SEGMENT_FOOTER_SIZE
 
 
 def segment_last(base_offset: int, size: int, tail: bytes) -> int | None:

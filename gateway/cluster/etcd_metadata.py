@@ -20,7 +20,7 @@ import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-from ..groups.store import StoredGroup, slot_of
+from ..groups.store import LoadedGroups, StoredGroup, parse_groups, slot_of
 from ..metadata import TopicInfo
 from .etcd import Compare, EtcdClient, KeyValue, put_op, range_op
 
@@ -150,12 +150,13 @@ class EtcdGroupStore:
     def _key(self, group_id: str) -> str:
         return f"{self._prefix}{slot_of(group_id, self._slots)}/{group_id.encode().hex()}"
 
-    async def load_all(self) -> list[StoredGroup]:
-        return [StoredGroup.from_json(kv.value) for kv in await self._etcd.get_prefix(self._prefix)]
+    async def load_all(self) -> LoadedGroups:
+        return parse_groups([(kv.key.rsplit("/", 1)[-1], kv.value) for kv in await self._etcd.get_prefix(self._prefix)])
 
-    async def load_slot(self, slot: int, slots: int) -> list[StoredGroup]:
+    async def load_slot(self, slot: int, slots: int) -> LoadedGroups:
         assert slots == self._slots, "the slot count is fixed per cluster"
-        return [StoredGroup.from_json(kv.value) for kv in await self._etcd.get_prefix(f"{self._prefix}{slot}/")]
+        return parse_groups([(kv.key.rsplit("/", 1)[-1], kv.value)
+                             for kv in await self._etcd.get_prefix(f"{self._prefix}{slot}/")])
 
     async def save(self, group: StoredGroup) -> None:
         await self._etcd.put(self._key(group.group_id), group.to_json())

@@ -20,7 +20,7 @@ import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-from .store import CommittedOffset, GroupStore, StoredGroup, slot_of
+from .store import CommittedOffset, GroupStore, LoadedGroups, StoredGroup, slot_of
 
 __all__ = ["GroupCoordinator", "GroupState", "GroupSettings", "Member", "Group"]
 
@@ -111,11 +111,21 @@ class GroupCoordinator:
         self.slots: int = 1
         self._owned_slots: set[int] | None = None
         self._loading_slots: set[int] = set()
+        # Groups whose stored state does not parse: refused (COORDINATOR_NOT_AVAILABLE) rather
+        # than started empty, which would reset their consumers and overwrite what is stored.
+        self.damaged: dict[str, str] = {}
 
     async def load(self) -> None:
         """Alone: load every group once at start."""
-        for stored in await self._store.load_all():
+        self._install_all(await self._store.load_all())
+
+    def _install_all(self, loaded: LoadedGroups) -> None:
+        for stored in loaded.groups:
             self._install(stored)
+        for group_id, why in loaded.damaged.items():
+            log.error("group %r is not served: its stored state is unreadable (%s); repair or remove it, then "
+                      "restart or move its coordinator", group_id, why)
+        self.damaged.update(loaded.damaged)
 
     def _install(self, stored: StoredGroup) -> None:
         self.groups[stored.group_id] = Group(
@@ -132,8 +142,7 @@ class GroupCoordinator:
         """This gateway became the coordinator of ``slot``: load its groups' committed state."""
         self._loading_slots.add(slot)
         try:
-            for stored in await self._store.load_slot(slot, self.slots):
-                self._install(stored)
+            self._install_all(await self._store.load_slot(slot, self.slots))
             self._owned_slots.add(slot)
         finally:
             self._loading_slots.discard(slot)
@@ -143,6 +152,8 @@ class GroupCoordinator:
         join or sync are told NOT_COORDINATOR and find the new coordinator."""
         if self._owned_slots is not None:
             self._owned_slots.discard(slot)
+        for group_id in [g for g in self.damaged if slot_of(g, self.slots) == slot]:
+            del self.damaged[group_id]  # its next coordinator reads it again
         for group in [g for g in self.groups.values() if slot_of(g.group_id, self.slots) == slot]:
             for member in list(group.members.values()):
                 self._remove(group, member, ErrorCode.not_coordinator)
@@ -154,6 +165,9 @@ class GroupCoordinator:
         return set(range(self.slots)) if self._owned_slots is None else set(self._owned_slots)
 
     def check_coordinator(self, group_id: str) -> None:
+        if group_id in self.damaged:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"the stored state of group {group_id!r} is unreadable: {self.damaged[group_id]}")
         if self._owned_slots is None:
             return
         slot = slot_of(group_id, self.slots)

@@ -16,7 +16,7 @@ from kafscale.protocol.layout import META_PREFIX
 
 from ..storage import AsyncStore
 
-__all__ = ["GroupStore", "StoredGroup", "CommittedOffset", "slot_of"]
+__all__ = ["GroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of"]
 
 
 def slot_of(group_id: str, slots: int) -> int:
@@ -62,6 +62,32 @@ class StoredGroup:
                    document.get("protocol_type"), offsets)
 
 
+@dataclass
+class LoadedGroups:
+    groups: list[StoredGroup] = field(default_factory=list)
+    damaged: dict[str, str] = field(default_factory=dict)  # group id -> why its stored state is unreadable
+
+
+def parse_groups(documents: list[tuple[str, bytes]]) -> LoadedGroups:
+    """Stored groups from ``(hex of the group id, document)`` pairs; one that does not parse
+    is set aside by its id (from its key), so it damages no other group."""
+    loaded = LoadedGroups()
+    for hex_id, raw in documents:
+        try:
+            group_id = bytes.fromhex(hex_id).decode()
+        except ValueError:
+            group_id = hex_id
+        try:
+            group = StoredGroup.from_json(raw)
+            if group.group_id != group_id:
+                raise ValueError(f"it names group {group.group_id!r}")
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # json.JSONDecodeError is a ValueError
+            loaded.damaged[group_id] = f"{type(exc).__name__}: {exc}"
+            continue
+        loaded.groups.append(group)
+    return loaded
+
+
 class GroupStore:
     def __init__(self, store: AsyncStore, namespace: str) -> None:
         self._store = store
@@ -70,15 +96,17 @@ class GroupStore:
     def _key(self, group_id: str) -> str:
         return self._prefix + group_id.encode().hex() + ".json"
 
-    async def load_all(self) -> list[StoredGroup]:
-        groups = []
+    async def load_all(self) -> LoadedGroups:
+        documents = []
         for info in await self._store.list(self._prefix):
             if info.key.endswith(".json"):
-                groups.append(StoredGroup.from_json(await self._store.get(info.key)))
-        return groups
+                documents.append((info.key[len(self._prefix):-len(".json")], await self._store.get(info.key)))
+        return parse_groups(documents)
 
-    async def load_slot(self, slot: int, slots: int) -> list[StoredGroup]:
-        return [group for group in await self.load_all() if slot_of(group.group_id, slots) == slot]
+    async def load_slot(self, slot: int, slots: int) -> LoadedGroups:
+        loaded = await self.load_all()
+        return LoadedGroups([g for g in loaded.groups if slot_of(g.group_id, slots) == slot],
+                            {g: why for g, why in loaded.damaged.items() if slot_of(g, slots) == slot})
 
     async def save(self, group: StoredGroup) -> None:
         await self._store.put(self._key(group.group_id), group.to_json())

@@ -11,6 +11,7 @@ import trio
 from kafscale.gateway.cache import ByteLRU
 from kafscale.gateway.cluster.ownership import SoleGateway
 from kafscale.gateway.compaction import Compactor, compact
+from kafscale.gateway.damage import DamageReport
 from kafscale.gateway.fencing import Fencer
 from kafscale.gateway.log_objects import LogObjects
 from kafscale.gateway.log_writer import LogWriter
@@ -47,10 +48,11 @@ class Node:
 
     def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True):
         self.store = store
-        self.objects = LogObjects(store, "ns")
+        self.damage = DamageReport()
+        self.objects = LogObjects(store, "ns", self.damage)
         self.writer = LogWriter(store, "ns", node_id, self.objects, linger_ms, 1 << 20, clustered=not alone)
         self.fencer = Fencer(store, "ns", self.objects, lambda: self.writer.writer_id, lambda: {0, 1},
-                             clustered=not alone)
+                             self.damage, clustered=not alone)
         self.settings = settings
         self.epochs = {}  # (topic, partition) -> the epoch this node owns it under
 
@@ -73,7 +75,7 @@ class Node:
             self.own(partition, topic)
         unit = (topic, partition)
         log = PartitionLog(topic, partition, self.store, self.settings, ByteLRU(1 << 20), self.writer,
-                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit])
+                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit], damage=self.damage)
         if fence:
             await self.fencer.fence((topic, partition))
         await recover(log, self.objects)
@@ -398,12 +400,12 @@ async def test_idempotent_state_is_rebuilt_from_log_objects_and_segments(store, 
 async def test_a_topic_created_again_does_not_see_the_old_ones_records(store, nursery):
     node = await Node(store).start(nursery)
     old = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, epoch=0,
-                       owned_epoch=lambda: 0, topic_id=b"\x01" * 16)
+                       owned_epoch=lambda: 0, damage=node.damage, topic_id=b"\x01" * 16)
     await recover(old, node.objects)
     _, ticket = old.append(*_record_set())
     await ticket.wait()
     new = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, epoch=0,
-                       owned_epoch=lambda: 0, topic_id=b"\x02" * 16)
+                       owned_epoch=lambda: 0, damage=node.damage, topic_id=b"\x02" * 16)
     await recover(new, node.objects)
     assert new.high_watermark == 0
 
