@@ -9,7 +9,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e '.[test]'
+# Strict: a folder of links on the path, so Spark finds pyspark_kafscale from any directory.
+"$VENV/bin/python" -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
 
 # Independent clients for the end-to-end tests: kcat (librdkafka 2.0.2, a
 # regression client), sarama (Go) from Debian; kafkajs from npm.

@@ -33,6 +33,14 @@ def _entry(name, value, source, read_only, documentation, include_docs, config_t
 _BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7  # Kafka's ConfigType
 
 
+# Broker configs Kafka 3.9 can change at run time (its DynamicBrokerConfig), so it reports them
+# read_only=false (advertised.listeners stays per-broker dynamic until 4.0); all others are read-only.
+_DYNAMIC_IN_KAFKA = frozenset({
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "message.max.bytes",
+    "log.segment.bytes", "log.retention.ms", "log.retention.bytes", "log.cleanup.policy",
+})
+
+
 def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
     """The broker settings tools read, under Kafka's names: (name, value, source, type).
     A value set by a gateway option that differs from its default is STATIC_BROKER_CONFIG."""
@@ -113,7 +121,7 @@ async def handle_describe_configs(ctx, request: Request):
                 code, message = ErrorCode.invalid_request, f"unknown broker {resource.resource_name!r}"
             else:
                 for name, value, source, kind in _broker_configs(ctx):
-                    entries.append(_entry(name, value, source, True, None, include_docs, kind))
+                    entries.append(_entry(name, value, source, name not in _DYNAMIC_IN_KAFKA, None, include_docs, kind))
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported"
         if keys is not None:

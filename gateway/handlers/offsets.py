@@ -92,6 +92,12 @@ def _fetch_error(request: Request, code: ErrorCode):
     body = request.body
     if hasattr(body, "groups"):
         return respond(request, dict(groups=[dict(group_id=g.group_id, topics=[], error_code=code) for g in body.groups]))
+    if request.header.api_version < 2:
+        # No top-level error before v2: as Kafka, every requested partition carries it, with
+        # offset -1 (an empty answer would read as "nothing committed").
+        return respond(request, dict(topics=[dict(name=t.name, partitions=[
+            dict(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=code)
+            for p in t.partition_indexes]) for t in body.topics or ()]))
     return respond(request, dict(topics=[], error_code=code))
 
 

@@ -222,6 +222,9 @@ def test_broker_configs_tools_read(admin_gateway):
         configs = answer["broker"]["0"]
         assert configs["advertised.listeners"]["value"] == f"PLAINTEXT://127.0.0.1:{admin_gateway.port}"
         assert configs["advertised.listeners"]["config_source"] == "DEFAULT_CONFIG"
+        # Issue 20 item 15: as Kafka 3.9 reports them, dynamic per-broker configs are not read-only.
+        assert configs["advertised.listeners"]["read_only"] is False
+        assert configs["broker.id"]["read_only"] is True
         assert configs["listeners"]["config_source"] == "STATIC_BROKER_CONFIG"  # --port given
         assert (configs["log.segment.bytes"]["value"], configs["log.segment.bytes"]["config_source"]) == \
             (str(64 * 2**20), "DEFAULT_CONFIG")

@@ -195,6 +195,10 @@ async def test_one_damaged_group_file_isolates_that_group_only(nursery, tmp_path
         assert answer.error_code == ErrorCode.coordinator_not_available, group
         refused = await client.call(8, 8, _commit(group, 99))
         assert refused.topics[0].partitions[0].error_code == ErrorCode.coordinator_not_available
+        for version in (0, 1):  # item 14: no top-level error before v2, so each partition carries it
+            old = build(request_class(9, version), dict(group_id=group, topics=[dict(name="t", partition_indexes=[0])]))
+            (partition,) = (await client.call(9, version, old)).topics[0].partitions
+            assert (partition.committed_offset, partition.error_code) == (-1, ErrorCode.coordinator_not_available)
     assert (groups / (b"not-json".hex() + ".json")).read_bytes() == b"{not json"  # left for repair
     assert running.context.metrics.registry.get_sample_value("kafscale_damaged_groups") == 3
     ok, reason = await readiness(running.context)

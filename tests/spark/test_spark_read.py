@@ -228,3 +228,24 @@ def test_a_partly_compacted_topic_reads_as_a_consumer_sees_it(spark, tmp_path):
         assert len(rows) == 600 and rows == consumed
     finally:
         gateway.kill()
+
+
+def test_format_kafscale_resolves_from_another_directory(produced, tmp_path):
+    """Issue 20 item 17: after the README's editable install, a job started outside the source
+    tree failed with DATA_SOURCE_NOT_FOUND (setuptools' default editable finder hides
+    ``pyspark_kafscale`` from pkgutil, which Spark's discovery walks). A fresh process in
+    another directory, no register call."""
+    import subprocess
+
+    _, data = produced
+    job = (
+        "import os, sys; from pyspark.sql import SparkSession\n"
+        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        f"print('ROWS', s.read.format('kafscale').option('subscribe', 'sp-none').load({str(data)!r}).count())\n"
+        "s.stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", job], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert "ROWS 600" in done.stdout, done.stderr[-3000:]
