@@ -14,10 +14,10 @@ computes the owner each unit should have (:mod:`.placement`), gives up what shou
 move (flush, then delete its owner key) and claims what is free and meant for
 it — a transaction that creates the owner key under its lease and bumps the epoch.
 
-Safety does not depend on timing: a gateway writes a segment only while its
-lease surely holds (the local deadline runs out before etcd's), and segments
-are created put-if-absent at the next base offset, so a paused gateway waking
-after its partition moved loses the race and fails the write.
+Safety does not depend on timing: ownership only routes traffic. What a former
+owner can store is decided by seals in its log-object slots (gateway/fencing.py,
+docs/formats.md "Commit and fencing"), and a partition log writes only under the
+leader epoch it was loaded under.
 """
 
 from __future__ import annotations
