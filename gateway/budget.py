@@ -57,20 +57,17 @@ class ConnectionBudget:
         self.held = 0
         self.closed = False
 
-    def _fits(self, size: int, frame_size: int) -> bool:
+    def _fits(self, size: int) -> bool:
         budget = self._budget
         within_share = self.held == 0 or self.held + size <= self.share
-        return within_share and budget.used + size <= budget.limit_for(frame_size)
+        return within_share and budget.used + size <= budget.limit_for(size)
 
-    async def acquire(self, size: int, *, frame_size: int | None = None) -> int:
-        """Wait until ``size`` more bytes fit; returns what was taken. ``frame_size``: the
-        frame these bytes are part of, when they are only some of it (its size decides
-        whether they may use the reserve). A frame larger than all a large frame may use
-        takes all of that, so it can still proceed alone."""
+    async def acquire(self, size: int) -> int:
+        """Wait until ``size`` more bytes fit; returns what was taken. A frame larger than
+        all a large frame may use takes all of that, so it can still proceed alone."""
         budget = self._budget
-        frame_size = size if frame_size is None else frame_size
-        size = min(size, budget.capacity - budget.reserve) if frame_size > budget.small_request else size
-        while not self._fits(size, frame_size):
+        size = min(size, budget.capacity - budget.reserve) if size > budget.small_request else size
+        while not self._fits(size):
             await self._budget._lot.park()
         self._take(size)
         return size

@@ -14,9 +14,10 @@ every byte returns. A connection idle past ``connections_max_idle_ms``, or
 stalled mid-request or mid-response past ``connection_stall_ms``, is closed.
 
 Before authentication on a SASL listener, frames are capped at
-``sasl_max_receive_bytes`` (Kafka's 512 KiB) and charged as their bytes arrive,
-not as announced, to a pool of their own (``unauthenticated_inflight_bytes``):
-clients that never log in cannot take the memory authenticated ones use.
+``sasl_max_receive_bytes`` (Kafka's 512 KiB) and charged, once their body starts
+arriving (an announced size alone costs nothing), to a pool of their own
+(``unauthenticated_inflight_bytes``): clients that never log in cannot take the
+memory authenticated ones use.
 
 Authentication: on a SASL listener only ApiVersions, SaslHandshake and
 SaslAuthenticate are read until the session is authenticated, and a session past
@@ -140,9 +141,13 @@ class Connection:
                 self._violation(exc)
                 return
             if frame is None:
-                if authenticated and decoder.pending_size is not None and not reserved:
-                    # Reserve before buffering the body: unfinished frames count too. Time
-                    # spent waiting for memory is ours, not the client's.
+                # Reserve the whole frame before buffering its body: unfinished frames count
+                # too, and a connection waiting for memory holds none (partial reservations
+                # would let waiting connections hold all of it, none able to finish). Before
+                # authentication only once the body starts arriving: an announced size alone
+                # costs nothing. Time spent waiting for memory is ours, not the client's.
+                if (decoder.pending_size is not None and not reserved
+                        and (authenticated or decoder.buffered)):
                     reserved = await account.acquire(decoder.pending_size)
                     request_deadline = None
                 if request_deadline is None and (decoder.buffered or decoder.pending_size is not None):
@@ -151,10 +156,6 @@ class Connection:
                 if not data:
                     return
                 self._ack_now()
-                if not authenticated:
-                    # Charged as the bytes arrive: an announced size costs nothing until sent.
-                    announced = decoder.pending_size if decoder.pending_size is not None else len(data)
-                    reserved += await account.acquire(len(data), frame_size=announced)
                 decoder.feed(data)
                 continue
             request_deadline = None
