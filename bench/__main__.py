@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from . import (
+    billable_bench,
     broker_bench,
     cluster_bench,
     group_bench,
@@ -23,6 +24,7 @@ SECTIONS = {
     "broker": broker_bench.run,
     "latency": latency_bench.run,
     "objects": objects_bench.run,
+    "billable": billable_bench.run,
     "groups": group_bench.run,
     "spark": spark_bench.run,
     "cluster": cluster_bench.run,

@@ -38,7 +38,9 @@ def gateway_command(ref: str) -> tuple[list[str], dict[str, str]]:
     package = shim / "kafscale"
     if not package.exists():
         package.mkdir(parents=True)
-        (package / "__init__.py").write_bytes((worktree / "kafscale" / "__init__.py").read_bytes())
+        # The package root stub: package_root/ since 52a7477, kafscale/ before.
+        stub = next(p for p in (worktree / "package_root", worktree / "kafscale") if (p / "__init__.py").exists())
+        (package / "__init__.py").write_bytes((stub / "__init__.py").read_bytes())
         for folder in _FOLDERS:
             (package / folder).symlink_to(worktree / folder)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), sysconfig.get_paths()["purelib"]])}

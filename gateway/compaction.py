@@ -2,8 +2,9 @@
 janitor deletes log objects once nothing in them is needed.
 
 - The owner of a partition compacts it, in offset order, from its compacted end:
-  when its entries reach ``segment.bytes`` or the oldest is ``compaction_delay_ms``
-  old. A segment is created put-if-absent at its base offset; if that key exists
+  when its entries reach ``compaction_min_bytes`` (or ``segment.bytes``, if smaller)
+  or the oldest is ``compaction_delay_ms`` old. A segment under ``INDEX_MIN_BYTES``
+  gets no index object: it is read whole anyway, and the index would be a second PUT. A segment is created put-if-absent at its base offset; if that key exists
   (an earlier run killed after its PUT, or a former owner), the stored segment is
   taken as written — it holds the same batches, since no offset is ever claimed
   twice. So compaction is idempotent and resumable, and needs no coordination.
@@ -33,7 +34,7 @@ from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, par
 from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_footer, parse_segment_header
 from kafscale.storage_backends import ObjectExists, StorageError
 
-from .merging import delete_redundant, merge
+from .merging import INDEX_MIN_BYTES, delete_redundant, merge
 from .partition_log import PartitionLog, refuse_damaged
 from .segments import list_segments, segment_last
 
@@ -50,10 +51,13 @@ COLLECT_INTERVAL_S = 10.0
 def due(partition_log: PartitionLog, now: float) -> bool:
     if partition_log.uncompacted_since is None or partition_log.closing or partition_log.fenced:
         return False
+    settings = partition_log.settings
     pending = sum(p.size for p in partition_log.entry_pieces() if p.last_offset >= partition_log.compacted_end)
-    if pending >= partition_log.settings.segment_bytes:
+    if pending >= min(settings.segment_bytes, settings.compaction_min_bytes):
         return True
-    return now - partition_log.uncompacted_since >= partition_log.settings.compaction_delay_ms / 1000
+    # Quiet partitions wait the longest: each segment is a PUT, so the store's request rate
+    # follows the bytes produced, not the number of partitions.
+    return now - partition_log.uncompacted_since >= settings.compaction_delay_ms / 1000
 
 
 async def compact(partition_log: PartitionLog) -> int:
@@ -116,11 +120,12 @@ async def compact(partition_log: PartitionLog) -> int:
             partition_log.segment_max_timestamps[segment.cache_key] = index.max_timestamp
             partition_log.cache.put(segment.cache_key, Segment(parse_segment_header(data), parse_segment_footer(data),
                                                                data, builder.batches), len(data))
-            try:  # derived data, rebuilt from the segment if lost: not on the durable path
-                await store.put(index_key(settings.namespace, partition_log.topic, partition_log.partition,
-                                          builder.base_offset), index.encode(), durable=False)
-            except StorageError as exc:
-                log.warning("writing the index of %s failed (rebuilt on demand): %s", key, exc)
+            if len(data) >= INDEX_MIN_BYTES:
+                try:  # derived data, rebuilt from the segment if lost: not on the durable path
+                    await store.put(index_key(settings.namespace, partition_log.topic, partition_log.partition,
+                                              builder.base_offset), index.encode(), durable=False)
+                except StorageError as exc:
+                    log.warning("writing the index of %s failed (rebuilt on demand): %s", key, exc)
         last = segment.last_offset
         current = partition_log.pieces
         segments = [p for p in current if p.kind == SEGMENT and p.base_offset < segment.base_offset]

@@ -148,8 +148,11 @@ class GatewayConfig:
         minimum=-1)
     segment_bytes: int = _opt(64 * 2**20, "largest segment object compaction writes", minimum=1024)
     compaction_delay_ms: int = _opt(
-        60_000, "longest a partition's records stay in shared log objects before compaction into a "
-        "segment (sooner once segment_bytes wait)", minimum=0)
+        -1, "longest a partition's records stay in shared log objects before compaction into a segment "
+        "(-1: 60 s on the filesystem, 10 min on S3, where each segment is a billed PUT)", minimum=-1)
+    compaction_min_bytes: int = _opt(
+        4 * 2**20, "compact a partition sooner, once this many of its bytes wait in log objects: segments "
+        "are written per partition, so quiet partitions wait for compaction_delay_ms instead", minimum=1)
     compaction_time_percent: int = _opt(
         50, "most of the gateway's time compaction may take: after each segment it pauses so that its "
         "work is at most this share (1-100)", minimum=1)
@@ -216,6 +219,11 @@ class GatewayConfig:
     def flush_linger_ms(self) -> int:
         """linger_ms, or the backend's default: an S3 PUT costs money, a file write does not."""
         return self.linger_ms if self.linger_ms >= 0 else (200 if self.on_s3 else 0)
+
+    @property
+    def compaction_max_delay_ms(self) -> int:
+        """compaction_delay_ms, or the backend's default."""
+        return self.compaction_delay_ms if self.compaction_delay_ms >= 0 else (600_000 if self.on_s3 else 60_000)
 
     @property
     def flush_max_bytes(self) -> int:

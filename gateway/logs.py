@@ -88,7 +88,8 @@ class LogManager:
     def settings_for(self, info: TopicInfo) -> LogSettings:
         segment_bytes = int_config(info.configs, "segment.bytes", self.config)
         return LogSettings(self.config.namespace, segment_bytes, self.config.index_interval,
-                           self.config.producer_scan_bytes, self.config.compaction_delay_ms)
+                           self.config.producer_scan_bytes, self.config.compaction_max_delay_ms,
+                           self.config.compaction_min_bytes)
 
     def max_message_bytes(self, topic: str) -> int:
         info = self.topics().get(topic)

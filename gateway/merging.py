@@ -40,6 +40,8 @@ from kafscale.storage_backends import ObjectChanged, ObjectNotFound
 
 from .partition_log import PartitionLog, refuse_damaged
 
+INDEX_MIN_BYTES = 1 << 20  # as compaction: smaller segments get no index object
+
 __all__ = ["MERGE_MIN", "merge", "merge_run", "delete_redundant"]
 
 log = logging.getLogger("kafscale.merging")
@@ -106,7 +108,10 @@ async def merge(partition_log: PartitionLog) -> int:
         index = build_index(builder.batches, settings.index_interval, len(merged))
         namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition
         # Durable before the rewrite: after a crash the old index must not outlive the old segment.
-        await store.put(index_key(namespace, topic, partition, first.base_offset), index.encode())
+        if len(merged) >= INDEX_MIN_BYTES:
+            await store.put(index_key(namespace, topic, partition, first.base_offset), index.encode())
+        else:  # no index for a small segment (a DELETE is not billed; a PUT is)
+            await store.delete(index_key(namespace, topic, partition, first.base_offset))
         try:
             await store.put_if_unchanged(first.key, merged, version)
         except ObjectChanged:

@@ -50,8 +50,10 @@ class LogSettings:
     index_interval: int
     # Bytes of the newest pieces read at recovery to rebuild idempotent-producer state.
     producer_scan_bytes: int = 8 * 2**20
-    # Entries stay in log objects at most this long before compaction into a segment.
+    # Entries stay in log objects at most this long before compaction into a segment,
     compaction_delay_ms: int = 60_000
+    # and are compacted sooner once this many bytes of them wait.
+    compaction_min_bytes: int = 4 * 2**20
 
 
 class FlushTicket:
