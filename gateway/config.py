@@ -141,7 +141,7 @@ class GatewayConfig:
 
     # Produce path
     linger_ms: int = _opt(
-        -1, "extra wait before writing a log object (-1: 0 on the filesystem, 200 on S3); requests "
+        -1, "extra wait before writing a log object (-1: 0 on the filesystem, 250 on S3); requests "
         "arriving while one is written always share the next", minimum=-1)
     flush_bytes: int = _opt(
         -1, "write a log object as soon as this many bytes wait (-1: 4 MiB on the filesystem, 8 MiB on S3)",
@@ -218,7 +218,7 @@ class GatewayConfig:
     @property
     def flush_linger_ms(self) -> int:
         """linger_ms, or the backend's default: an S3 PUT costs money, a file write does not."""
-        return self.linger_ms if self.linger_ms >= 0 else (200 if self.on_s3 else 0)
+        return self.linger_ms if self.linger_ms >= 0 else (250 if self.on_s3 else 0)
 
     @property
     def compaction_max_delay_ms(self) -> int:

@@ -40,7 +40,9 @@ from kafscale.storage_backends import ObjectChanged, ObjectNotFound
 
 from .partition_log import PartitionLog, refuse_damaged
 
-INDEX_MIN_BYTES = 1 << 20  # as compaction: smaller segments get no index object
+# Smaller segments get no index object: a reader loads them whole anyway (8 MiB is one GET),
+# and the index would be a second billed PUT per segment. Compaction uses the same rule.
+INDEX_MIN_BYTES = 8 << 20
 
 __all__ = ["MERGE_MIN", "merge", "merge_run", "delete_redundant"]
 
@@ -108,10 +110,14 @@ async def merge(partition_log: PartitionLog) -> int:
         index = build_index(builder.batches, settings.index_interval, len(merged))
         namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition
         # Durable before the rewrite: after a crash the old index must not outlive the old segment.
+        first_index = index_key(namespace, topic, partition, first.base_offset)
         if len(merged) >= INDEX_MIN_BYTES:
-            await store.put(index_key(namespace, topic, partition, first.base_offset), index.encode())
-        else:  # no index for a small segment (a DELETE is not billed; a PUT is)
-            await store.delete(index_key(namespace, topic, partition, first.base_offset))
+            await store.put(first_index, index.encode())
+        elif await store.head(first_index) is not None:
+            # A small segment gets no index; an old one (a larger first segment's, or one written
+            # by an earlier version) goes. Looked for first: a HEAD is not in S3's billed tier,
+            # the DELETE (a bulk POST through obstore) is.
+            await store.delete(first_index)
         try:
             await store.put_if_unchanged(first.key, merged, version)
         except ObjectChanged:
@@ -125,9 +131,9 @@ async def merge(partition_log: PartitionLog) -> int:
             partition_log.cache.discard(piece.cache_key)
             partition_log.segment_max_timestamps.pop(piece.cache_key, None)
         partition_log.segment_max_timestamps[segment.cache_key] = index.max_timestamp
-        for piece in run[1:]:  # each is contained in the rewritten first one from here on
-            await store.delete(piece.key)
-            await store.delete(index_key(namespace, topic, partition, piece.base_offset))
+        # Each is contained in the rewritten first one from here on: one batched delete.
+        await store.delete_many([key for piece in run[1:]
+                                 for key in (piece.key, index_key(namespace, topic, partition, piece.base_offset))])
         log.info("merged %d segments of %s-%d (offsets %d..%d, %d bytes) into %s", len(run), topic, partition,
                  segment.base_offset, segment.last_offset, len(merged), first.key)
         return len(run)

@@ -92,3 +92,7 @@ class AsyncStore:
 
     async def delete(self, key: str) -> None:
         await self._run(self.sync.delete, key)
+
+    async def delete_many(self, keys: list[str]) -> None:
+        """One billed request per 1,000 keys on S3, instead of one each."""
+        await self._run(self.sync.delete_many, keys)

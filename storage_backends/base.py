@@ -7,6 +7,7 @@ calls them from worker threads with its own capacity limiter. Keys are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -79,6 +80,10 @@ class ObjectStore(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove the object; deleting a missing key is not an error."""
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove the objects, in as few requests as the store allows (S3: one DeleteObjects
+        POST, a billed request, per 1,000 keys); missing keys are not an error."""
 
     def describe(self) -> str:
         """A short human description (for logs and /readyz)."""

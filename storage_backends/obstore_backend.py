@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import obstore
@@ -100,6 +101,17 @@ class ObstoreBackend:
             self._call(obstore.delete, key)
         except ObjectNotFound:
             pass
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        try:
+            obstore.delete(self._store, list(keys))
+        except FileNotFoundError:  # some were gone already: delete the rest one by one
+            for key in keys:
+                self.delete(key)
+        except (BaseError, OSError) as exc:
+            raise StorageUnavailable(f"delete of {len(keys)} objects from {keys[0]}: {_reason(exc)}") from exc
 
     def _call(self, function, key: str, *args, **kwargs):
         try:

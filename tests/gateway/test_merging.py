@@ -89,17 +89,13 @@ async def test_a_merge_killed_before_its_deletes_leaves_redundant_segments(store
     owner deletes them, and nothing is lost or read twice."""
     node, log = await _small_segments(store, nursery)
 
-    delete = store.delete
+    async def killed(keys):
+        raise StorageUnavailable("killed")
 
-    async def killed(key):
-        if key.endswith(".kfs"):
-            raise StorageUnavailable("killed")
-        await delete(key)
-
-    store.delete = killed
+    store.delete_many = killed
     with pytest.raises(StorageUnavailable):
         await merge(log)
-    del store.delete
+    del store.delete_many
     assert len(await _segment_keys(store)) == 6
     again = await Node(store).start(nursery)
     log2 = await again.open()

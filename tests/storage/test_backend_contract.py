@@ -39,6 +39,16 @@ def test_put_get_head_delete(store):
     store.delete("ns/t/0/a")  # idempotent
 
 
+def test_delete_many_removes_every_key_missing_ones_included(store):
+    keys = [f"ns/~log/w/{i:020d}.kfl" for i in range(1205)]  # more than one S3 DeleteObjects batch
+    for key in keys[:1200]:
+        store.put(key, b"x")
+    store.put("ns/~log/w/keep", b"kept")
+    store.delete_many(keys)  # the last five never existed
+    assert [info.key for info in store.list("ns/~log/w/")] == ["ns/~log/w/keep"]
+    store.delete_many([])
+
+
 def test_missing_objects(store):
     with pytest.raises(ObjectNotFound):
         store.get("nope")
