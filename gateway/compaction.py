@@ -35,7 +35,7 @@ from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_foo
 from kafscale.storage_backends import ObjectExists, StorageError
 
 from .merging import INDEX_MIN_BYTES, delete_redundant, merge
-from .partition_log import PartitionLog, refuse_damaged
+from .partition_log import PartitionLog
 from .segments import list_segments, segment_last
 
 if TYPE_CHECKING:
@@ -83,14 +83,15 @@ async def compact(partition_log: PartitionLog) -> int:
         limit = partition_log.settings.segment_bytes
         for piece in chosen:
             loaded = await partition_log.load_piece(piece, keep=False)  # copied, then dropped
-            refuse_damaged(piece, loaded)
             for batch in loaded.batches:
                 if batch.last_offset < start:
                     continue
                 if builder is None:
+                    # Damaged batches at ``start`` (reported when read) stay lost: the segment
+                    # starts after them, and readers answer CORRUPT_MESSAGE there.
                     builder = SegmentBuilder(batch.base_offset)
-                elif builder.body_size + batch.size > limit:
-                    break  # the segment is full: the rest of this entry goes in the next one
+                elif builder.body_size + batch.size > limit or batch.base_offset != builder.next_offset:
+                    break  # full, or damaged batches next: the rest goes in the next segment
                 builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])
                 start = batch.last_offset + 1
             else:
@@ -212,6 +213,7 @@ class Compactor:
         orphans_too = ownership.controller_id() == node
         held: dict[tuple[str, int], tuple[PartitionView, int]] = {}
         doomed: list[str] = []
+        damaged = self.logs.damage.names_object
         for writer, directories in objects.writers().items():
             if writer == own:
                 # Only slots this writer has passed, and never its newest: a seal ahead of it must
@@ -227,6 +229,8 @@ class Compactor:
                 # The seal itself stays: deleting it would let a late PUT of that writer land.
                 candidates = [d for d in directories if d.sequence < sealed.sequence]
             for directory in candidates:
+                if damaged(directory.key):
+                    continue  # kept for inspection (its lost offsets are reported, and stay lost)
                 if directory.entries and not directory.is_seal:
                     settled = True
                     for entry in directory.entries:

@@ -23,6 +23,10 @@ class DamageReport:
             log.error("damaged stored data: %s: %s", what, how)
         self.found[what] = how
 
+    def names_object(self, key: str) -> bool:
+        """Whether the object ``key`` (or an entry of it, ``key#position``) is recorded damaged."""
+        return key in self.found or any(what.startswith(key + "#") for what in self.found)
+
     def __len__(self) -> int:
         return len(self.found)
 

@@ -38,7 +38,7 @@ from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.segment import SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound
 
-from .partition_log import PartitionLog, refuse_damaged
+from .partition_log import PartitionLog
 
 # Smaller segments get no index object: a reader loads them whole anyway (8 MiB is one GET),
 # and the index would be a second billed PUT per segment. Compaction uses the same rule.
@@ -102,7 +102,8 @@ async def merge(partition_log: PartitionLog) -> int:
         del data, head
         for piece in run[1:]:
             loaded = await partition_log.load_piece(piece, keep=False)
-            refuse_damaged(piece, loaded)
+            if loaded.damaged:
+                return 0  # reported when it was read; a damaged segment is left as it is
             for batch in loaded.batches:
                 if batch.last_offset >= builder.next_offset:
                     builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])

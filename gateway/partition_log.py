@@ -38,7 +38,7 @@ from .storage import AsyncStore
 if TYPE_CHECKING:
     from .log_writer import LogWriter
 
-__all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending", "refuse_damaged"]
+__all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending"]
 
 log = logging.getLogger("kafscale.log")
 
@@ -93,12 +93,6 @@ class Pending:
     record_sets: list[tuple[bytearray, list[BatchHeader]]]
     size: int
     ticket: FlushTicket
-
-
-def refuse_damaged(piece: Piece, loaded: Segment | EntryBatches) -> None:
-    """Compaction and merging copy whole pieces: a damaged one stays where it is, as it is."""
-    if loaded.damaged:
-        raise KafkaError(ErrorCode.corrupt_message, f"{piece.key} is damaged at offsets {list(loaded.damaged)}; not rewritten")
 
 
 class PartitionLog:

@@ -261,7 +261,7 @@ class _Manager:
 
     def __init__(self, store, node, logs, node_id=0):
         self.config = type("C", (), {"node_id": node_id, "namespace": "ns"})
-        self.objects, self.writer, self.store = node.objects, node.writer, store
+        self.objects, self.writer, self.store, self.damage = node.objects, node.writer, store, node.damage
         self.ownership = SoleGateway(node_id, "127.0.0.1", 9092)
         self._logs = logs
 
