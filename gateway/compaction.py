@@ -52,8 +52,7 @@ def due(partition_log: PartitionLog, now: float) -> bool:
     if partition_log.uncompacted_since is None or partition_log.closing or partition_log.fenced:
         return False
     settings = partition_log.settings
-    pending = sum(p.size for p in partition_log.entry_pieces() if p.last_offset >= partition_log.compacted_end)
-    if pending >= min(settings.segment_bytes, settings.compaction_min_bytes):
+    if partition_log.uncompacted_bytes >= min(settings.segment_bytes, settings.compaction_min_bytes):
         return True
     # Quiet partitions wait the longest: each segment is a PUT, so the store's request rate
     # follows the bytes produced, not the number of partitions.
@@ -131,8 +130,8 @@ async def compact(partition_log: PartitionLog) -> int:
         current = partition_log.pieces
         segments = [p for p in current if p.kind == SEGMENT and p.base_offset < segment.base_offset]
         rest = [p for p in current if p.kind == ENTRY and p.last_offset > last]
-        partition_log.replace_pieces([*segments, segment, *rest])
         partition_log.compacted_end = last + 1
+        partition_log.replace_pieces([*segments, segment, *rest])
         if not any(p.last_offset >= partition_log.compacted_end for p in rest):
             partition_log.uncompacted_since = None
         log.debug("compacted %s-%d offsets %d..%d into %s", partition_log.topic, partition_log.partition,

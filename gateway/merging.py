@@ -81,7 +81,7 @@ async def merge(partition_log: PartitionLog) -> int:
     """Merge the partition's first run of small segments; returns how many were merged."""
     async with partition_log.maintenance:
         settings = partition_log.settings
-        run = merge_run(partition_log.pieces, partition_log.log_start_offset, settings.segment_bytes)
+        run = merge_run(partition_log.compacted_pieces(), partition_log.log_start_offset, settings.segment_bytes)
         if run is None or not partition_log.writable() or partition_log.fenced:
             return 0
         first = run[0]

@@ -120,6 +120,7 @@ class PartitionLog:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.compacted_end = 0
+        self._uncompacted_bytes: int | None = None  # see uncompacted_bytes
         self.uncompacted_since: float | None = None  # trio time of the oldest entry not compacted
         self._next_offset = 0
         self._pending: Pending | None = None
@@ -152,6 +153,7 @@ class PartitionLog:
         self.log_start_offset = view.log_start
         self.high_watermark = self._next_offset = view.high_watermark
         self.compacted_end = view.compacted_end
+        self._uncompacted_bytes = None
         self.redundant = list(view.redundant)
         self.uncompacted_since = trio.current_time() if any(p.kind == ENTRY for p in self.pieces) else None
         self.producers = producers
@@ -201,6 +203,8 @@ class PartitionLog:
         if self.uncompacted_since is None:
             self.uncompacted_since = trio.current_time()
         self.high_watermark = entry.last_offset + 1
+        if self._uncompacted_bytes is not None:
+            self._uncompacted_bytes += entry.length
         self._notify()
         self._check_idle()
 
@@ -236,9 +240,25 @@ class PartitionLog:
     def replace_pieces(self, pieces: list[Piece]) -> None:
         self.pieces = pieces
         self._bases = [piece.base_offset for piece in pieces]
+        self._uncompacted_bytes = None
 
     def entry_pieces(self) -> list[Piece]:
         return [piece for piece in self.pieces if piece.kind == ENTRY]
+
+    @property
+    def uncompacted_bytes(self) -> int:
+        """Bytes of entries past the compacted end. Kept as entries are written, counted again
+        only when the pieces change: the compactor asks every second, and a quiet partition
+        can hold thousands of entries while it waits for compaction_delay_ms."""
+        if self._uncompacted_bytes is None:
+            self._uncompacted_bytes = sum(p.size for p in self.pieces
+                                          if p.kind == ENTRY and p.last_offset >= self.compacted_end)
+        return self._uncompacted_bytes
+
+    def compacted_pieces(self) -> list[Piece]:
+        """The pieces starting before the compacted end (segments, and entries overlapping
+        them): what merging looks at, without walking every entry waiting behind them."""
+        return self.pieces[:bisect.bisect_left(self._bases, self.compacted_end)]
 
     async def load_piece(self, piece: Piece, *, keep: bool = True) -> Segment | EntryBatches:
         """A piece's batches, through the cache; ``keep=False`` (compaction) does not put what
