@@ -11,15 +11,13 @@ delay); ``KAFSCALE_BENCH_BASELINE=<ref>`` runs an earlier commit's gateway in th
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from . import report
-from .broker_bench import Broker, _free_port, _load
-from .objects_bench import PROXY, ProxyCounter, _delta, _versions
+from .broker_bench import _load
+from .objects_bench import PROXY, ProxyCounter, _delta, _versions, counted_s3_gateway
 
 RATE, SIZE = 2400, 100
 SETTLE_S = 20.0
@@ -45,8 +43,6 @@ def measure(bootstrap: str, counter: ProxyCounter, partitions: int, seconds: flo
 
 
 def run() -> None:
-    from tests.support.seaweed_server import SeaweedServer
-
     if not PROXY.exists():
         print(f"no {PROXY}: section skipped")
         return
@@ -56,34 +52,21 @@ def run() -> None:
         workdir = Path(tmp)
         for name, command, env in _versions():
             tag = name.split()[1]
-            (workdir / f"{tag}-weed").mkdir()
-            weed = SeaweedServer(workdir / f"{tag}-weed")
-            proxy_port, counts = _free_port(), workdir / f"{tag}-counts.json"
-            proxy = subprocess.Popen([sys.executable, str(PROXY), str(proxy_port), str(weed.port), str(counts)])
-            try:
-                time.sleep(0.5)
-                args = ["--storage", f"s3://kafscale-tests/{tag}", "--s3-endpoint", f"http://127.0.0.1:{proxy_port}",
-                        *weed.gateway_args()[2:]]
-                port, http_port = _free_port(), _free_port()
-                with Broker(f"{name} s3", [*command, "--port", str(port), "--http-port", str(http_port), *args,
-                                           "--log-level", "WARNING"], port, workdir, http_port, env) as broker:
-                    for partitions in (6, 120):
-                        item = measure(broker.bootstrap, ProxyCounter(counts), partitions, seconds)
-                        if "failed" in item:
-                            rows.append([name, f"{partitions}", f"{seconds:.0f} s", "—", item["failed"], "—"])
-                            print(" | ".join(rows[-1]), flush=True)
-                            continue
-                        rates = item["per_s"]
-                        billable = sum(rates.get(kind, 0) for kind in BILLABLE)
-                        kinds = ", ".join(f"{k} {v:.2f}" for k, v in sorted(rates.items()))
-                        load = item["load"]
-                        rows.append([name, f"{partitions}", f"{item['window']:.0f} s", f"{billable:.2f}/s", kinds,
-                                     f"{load['p50_ms']:.0f} / {load['p99_ms']:.0f} ms"
-                                     + (f", {load['errors']} errors" if load.get("errors") else "")])
+            with counted_s3_gateway(workdir, tag, name, command, env) as (broker, counter):
+                for partitions in (6, 120):
+                    item = measure(broker.bootstrap, counter, partitions, seconds)
+                    if "failed" in item:
+                        rows.append([name, f"{partitions}", f"{seconds:.0f} s", "—", item["failed"], "—"])
                         print(" | ".join(rows[-1]), flush=True)
-            finally:
-                proxy.kill()
-                weed.stop()
+                        continue
+                    rates = item["per_s"]
+                    billable = sum(rates.get(kind, 0) for kind in BILLABLE)
+                    kinds = ", ".join(f"{k} {v:.2f}" for k, v in sorted(rates.items()))
+                    load = item["load"]
+                    rows.append([name, f"{partitions}", f"{item['window']:.0f} s", f"{billable:.2f}/s", kinds,
+                                 f"{load['p50_ms']:.0f} / {load['p99_ms']:.0f} ms"
+                                 + (f", {load['errors']} errors" if load.get("errors") else "")])
+                    print(" | ".join(rows[-1]), flush=True)
     report.save(
         "26-billable",
         "What S3 bills at steady state: requests per second by kind",

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import baseline, report
@@ -64,6 +65,28 @@ class ProxyCounter:
 
     def stop(self) -> None:
         pass
+
+
+@contextmanager
+def counted_s3_gateway(workdir: Path, tag: str, name: str, command: list[str], env: dict | None):
+    """A gateway on SeaweedFS (``weed mini``) behind the counting proxy: (broker, counter)."""
+    from tests.support.seaweed_server import SeaweedServer
+
+    (workdir / f"{tag}-weed").mkdir()
+    weed = SeaweedServer(workdir / f"{tag}-weed")
+    proxy_port, counts = _free_port(), workdir / f"{tag}-counts.json"
+    proxy = subprocess.Popen([sys.executable, str(PROXY), str(proxy_port), str(weed.port), str(counts)])
+    try:
+        time.sleep(0.5)
+        args = ["--storage", f"s3://kafscale-tests/{tag}", "--s3-endpoint", f"http://127.0.0.1:{proxy_port}",
+                *weed.gateway_args()[2:]]
+        port, http_port = _free_port(), _free_port()
+        with Broker(f"{name} s3", [*command, "--port", str(port), "--http-port", str(http_port), *args,
+                                   "--log-level", "WARNING"], port, workdir, http_port, env) as broker:
+            yield broker, ProxyCounter(counts)
+    finally:
+        proxy.kill()
+        weed.stop()
 
 
 def _delta(after: dict, before: dict) -> dict:
@@ -116,7 +139,6 @@ def _row(name: str, backend: str, item: dict) -> list[str]:
 
 
 def run() -> None:
-    from tests.support.seaweed_server import SeaweedServer
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,23 +160,10 @@ def run() -> None:
             if not PROXY.exists():
                 print(f"no {PROXY}: S3 rows skipped")
                 continue
-            (workdir / f"{tag}-weed").mkdir()
-            weed = SeaweedServer(workdir / f"{tag}-weed")
-            proxy_port, counts = _free_port(), workdir / f"{tag}-counts.json"
-            proxy = subprocess.Popen([sys.executable, str(PROXY), str(proxy_port), str(weed.port), str(counts)])
-            try:
-                time.sleep(0.5)
-                args = ["--storage", f"s3://kafscale-tests/{tag}", "--s3-endpoint", f"http://127.0.0.1:{proxy_port}",
-                        *weed.gateway_args()[2:]]
-                port, http_port = _free_port(), _free_port()
-                with Broker(f"{name} s3", [*command, "--port", str(port), "--http-port", str(http_port), *args,
-                                           "--log-level", "WARNING"], port, workdir, http_port, env) as broker:
-                    for item in measure(broker, ProxyCounter(counts)):
-                        rows.append(_row(name, "S3 (SeaweedFS)", item))
-                        print(" | ".join(rows[-1]))
-            finally:
-                proxy.kill()
-                weed.stop()
+            with counted_s3_gateway(workdir, tag, name, command, env) as (broker, counter):
+                for item in measure(broker, counter):
+                    rows.append(_row(name, "S3 (SeaweedFS)", item))
+                    print(" | ".join(rows[-1]))
     report.save(
         "25-objects",
         "What the object store sees: objects per second and per GiB",
