@@ -4,7 +4,8 @@ janitor deletes log objects once nothing in them is needed.
 - The owner of a partition compacts it, in offset order, from its compacted end:
   when its entries reach ``compaction_min_bytes`` (or ``segment.bytes``, if smaller)
   or the oldest is ``compaction_delay_ms`` old. A segment under ``INDEX_MIN_BYTES``
-  gets no index object: it is read whole anyway, and the index would be a second PUT. A segment is created put-if-absent at its base offset; if that key exists
+  gets no index object: it is read whole anyway, and the index would be a second PUT.
+  A segment is created put-if-absent at its base offset; if that key exists
   (an earlier run killed after its PUT, or a former owner), the stored segment is
   taken as written — it holds the same batches, since no offset is ever claimed
   twice. So compaction is idempotent and resumable, and needs no coordination.
