@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-from .cluster.ownership import Broker, Ownership
 from .config import GatewayConfig
 from .groups import GroupCoordinator
 from .logs import LogManager
 from .metrics import Metrics
+from .ownership import Broker, Ownership
 from .security.access import Access, current_session
 
 __all__ = ["GatewayContext", "current_peer"]

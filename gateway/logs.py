@@ -13,7 +13,6 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topic_prefix
 
 from .cache import ByteLRU
-from .cluster.ownership import Ownership
 from .compaction import Compactor
 from .config import GatewayConfig
 from .damage import DamageReport
@@ -21,6 +20,7 @@ from .fencing import Fencer
 from .log_objects import LogObjects
 from .log_writer import LogWriter
 from .metadata import MetadataStore, TopicInfo
+from .ownership import Ownership
 from .partition_log import LogSettings, PartitionLog
 from .recovery import recover
 from .retention import delete_before_log_start, enforce_retention

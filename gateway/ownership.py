@@ -1,16 +1,14 @@
 """Who serves what: the live gateways, the owner (leader) of each partition and group slot.
 
 A gateway alone owns everything (:class:`SoleGateway`). In a cluster
-(:class:`~.membership.ClusterMember`) ownership comes from etcd; handlers and
-the log manager only ask the questions below.
+(:class:`~.cluster.membership.ClusterMember`) ownership comes from etcd; handlers and
+the log manager only ask the questions below. A leaf: it imports nothing of the gateway.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
-
-from ..groups.store import slot_of
 
 __all__ = ["Broker", "Endpoint", "Ownership", "SoleGateway", "GROUP_UNIT", "group_unit"]
 
@@ -79,7 +77,3 @@ class SoleGateway:
 
     def coordinator(self, group_id: str) -> Broker | None:
         return self.me
-
-
-def coordinator_unit(group_id: str, slots: int) -> tuple[str, int]:
-    return group_unit(slot_of(group_id, slots))

@@ -9,10 +9,11 @@ etcd keys under the cluster root (all but ``epochs/`` die with the owner's lease
     coordinator_slots       fixed slot count of the cluster
 
 Each gateway keeps brokers, owners and topics in memory from etcd watches (one
-read, then only changes). On every change, and every ``cluster_refresh_ms``, it
-computes the owner each unit should have (:mod:`.placement`), gives up what should
-move (flush, then delete its owner key) and claims what is free and meant for
-it — a transaction that creates the owner key under its lease and bumps the epoch.
+read, then only changes), and answers the :class:`~..ownership.Ownership`
+questions from them. The :mod:`.rebalance` decides what moves; this module holds
+the lease and does the etcd side of a move: handing a unit over (deleting its
+owner key) and claiming one (a transaction that creates the owner key under the
+lease and bumps the epoch).
 
 Safety does not depend on timing: ownership only routes traffic. What a former
 owner can store is decided by seals in its log-object slots (gateway/fencing.py,
@@ -27,14 +28,12 @@ import logging
 
 import trio
 
-from kafscale.protocol.errors import KafkaError
-
 from ..config import GatewayConfig
+from ..groups.store import slot_of
+from ..ownership import GROUP_UNIT, Broker, Endpoint, group_unit
 from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
 from .etcd_metadata import EtcdMetadata
-from .ownership import GROUP_UNIT, Broker, Endpoint, coordinator_unit
-from .placement import Placement
-from .view import ClusterView, Owner
+from .view import ClusterView, FollowedPart, Owner
 
 __all__ = ["ClusterMember", "ClusterStartError"]
 
@@ -42,8 +41,6 @@ log = logging.getLogger("kafscale.cluster")
 
 # How much earlier than etcd we consider our own lease gone (clock rates, request time).
 LEASE_SAFETY_S = 1.0
-# Ownership changes (etcd transactions, log closes) in flight at once.
-MOVES_IN_FLIGHT = 16
 
 
 class ClusterStartError(RuntimeError):
@@ -57,8 +54,8 @@ def _unit_key(unit: tuple[str, int]) -> str:
 class ClusterMember:
     clustered = True
 
-    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, root: str,
-                 endpoints: tuple[Endpoint, ...] = ()) -> None:
+    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, security: FollowedPart,
+                 root: str, endpoints: tuple[Endpoint, ...]) -> None:
         self.node_id = config.node_id
         host, port = config.advertised
         self.me = Broker(config.node_id, host, port, endpoints)
@@ -71,13 +68,8 @@ class ClusterMember:
         self._lease = 0
         self._lease_deadline = 0.0
         self._wakeup = trio.Event()
-        self.view = ClusterView(etcd, root, metadata, on_change=self._wakeup_now,
+        self.view = ClusterView(etcd, root, metadata, security, on_change=self._wakeup_now,
                                 retry_s=min(1.0, self._refresh_s))
-        self._known_topics: dict = {}
-        self._placement: Placement | None = None
-        self._desired_for: tuple[tuple[int, ...], dict, dict] | None = None
-        self.logs = None  # LogManager, attached by the server
-        self.groups = None  # GroupCoordinator, attached by the server
         self.acquired = 0
         self.released = 0
 
@@ -107,18 +99,17 @@ class ClusterMember:
         return sum(1 for (topic, p) in self.view.owners if topic != GROUP_UNIT and self.owns(topic, p))
 
     def coordinator(self, group_id: str) -> Broker | None:
-        owner = self.view.owners.get(coordinator_unit(group_id, self.slots))
+        owner = self.view.owners.get(group_unit(slot_of(group_id, self.slots)))
         return None if owner is None else self.view.brokers.get(owner.node_id)
 
     # -- joining and leaving -------------------------------------------------------------
 
     async def join(self) -> None:
-        """Check the cluster's fixed settings, register this gateway and take its share."""
+        """Check the cluster's fixed settings, register this gateway and read the cluster's state."""
         try:
             await self._check_slot_count()
             await self._register(wait_s=self._ttl_s + 2)
             await self.view.read_all()
-            await self.reconcile()
         except EtcdError as exc:
             raise ClusterStartError(f"etcd at {', '.join(self._etcd.endpoints)}: {exc}") from exc
 
@@ -170,11 +161,11 @@ class ClusterMember:
         self._wakeup.set()
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the lease and follow etcd (the rebalancer acts on what changes)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keepalive_loop)
             nursery.start_soon(self.view.run)
             task_status.started()
-            await self._reconcile_loop()
+            await self._keepalive_loop()
 
     async def _keepalive_loop(self) -> None:
         failing = False
@@ -200,106 +191,26 @@ class ClusterMember:
                                 max(0.0, self._lease_deadline - trio.current_time()), exc)
                 failing = True
 
-    async def _reconcile_loop(self) -> None:
-        failing = False
-        while True:
-            with trio.move_on_after(self._refresh_s):
-                await self._wakeup.wait()
-            self._wakeup = trio.Event()
-            try:
-                await self.reconcile()
-                failing = False
-            except EtcdError as exc:
-                if not failing:
-                    log.warning("cannot read the cluster state from etcd: %s", exc)
-                failing = True
-                await self._sync_local()  # stops what the lease no longer covers
-            except Exception:
-                log.exception("cluster reconcile failed")
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Return when the view changed or this gateway joined again, or after ``timeout_s``."""
+        with trio.move_on_after(timeout_s):
+            await self._wakeup.wait()
+        self._wakeup = trio.Event()
 
-    async def reconcile(self) -> None:
-        """One round on the current view: follow topic changes, give up and claim units,
-        align local state. Reads nothing from etcd; writes only what moves."""
-        topics = self.logs.topics() if self.logs is not None else self._metadata.topics()
-        await self._follow_topic_changes(self._known_topics, topics)
-        self._known_topics = topics
-        brokers, owners = self.view.brokers, dict(self.view.owners)
-        if self.lease_valid() and self.node_id in brokers:
-            desired = await self._desired(tuple(sorted(brokers)), topics)
-            giving_up = [(unit, owner) for unit, owner in sorted(owners.items())
-                         if owner.node_id == self.node_id and owner.lease == self._lease
-                         and desired.get(unit) != self.node_id]
-            if giving_up:
-                await self._release(giving_up)
-            claiming = [unit for unit, node in sorted(desired.items()) if node == self.node_id and unit not in owners]
-            await self._each(self._acquire, claiming)
-        await self._sync_local()
+    def may_claim(self) -> bool:
+        """Whether this gateway may hand over and claim units now (registered, lease valid)."""
+        return self.lease_valid() and self.node_id in self.view.brokers
 
-    async def _each(self, operation, items) -> None:
-        """Run ``operation`` on every item, a bounded number at a time (a join or leave can move
-        many units at once); one failing is logged and retried on the next round."""
-        limiter = trio.CapacityLimiter(MOVES_IN_FLIGHT)
+    def holds(self, unit: tuple[str, int], owner: Owner) -> bool:
+        """Whether ``owner`` (an entry of the view) is this gateway under its current lease."""
+        return owner.node_id == self.node_id and owner.lease == self._lease
 
-        async def one(item) -> None:
-            async with limiter:
-                try:
-                    await operation(item)
-                except EtcdError as exc:
-                    log.warning("%s %s failed (retried on the next round): %s", operation.__name__, item, exc)
+    def forget(self, unit: tuple[str, int]) -> None:
+        """Out of the local view before it is handed over, so no request loads it meanwhile."""
+        self.view.owners.pop(unit, None)
 
-        async with trio.open_nursery() as nursery:
-            for item in items:
-                nursery.start_soon(one, item)
-
-    async def _desired(self, live: tuple[int, ...], topics: dict) -> dict:
-        """Every unit's owner under the placement of ``live``; computed again only when the
-        gateways or the topics change (it is O(partitions)), yielding as it goes."""
-        if self._desired_for is not None and self._desired_for[0] == live and self._desired_for[1] is topics:
-            return self._desired_for[2]
-        placement = self._placement_for(live)
-        desired = {(GROUP_UNIT, slot): node for slot, node in enumerate(placement.topic(GROUP_UNIT, self.slots))}
-        for name, info in topics.items():
-            await trio.lowlevel.checkpoint()
-            desired.update(((name, p), node) for p, node in enumerate(placement.topic(name, info.partitions)))
-        self._desired_for = (live, topics, desired)
-        return desired
-
-    def _placement_for(self, live: tuple[int, ...]) -> Placement:
-        if self._placement is None or tuple(self._placement.brokers) != live:
-            self._placement = Placement(list(live))
-        return self._placement
-
-    async def _follow_topic_changes(self, before: dict, after: dict) -> None:
-        """Changes made through another gateway: configs reach the loaded logs, and the
-        groups this gateway coordinates drop the offsets of deleted topics."""
-        for name, info in after.items():
-            previous = before.get(name)
-            if previous is not None and previous.configs != info.configs and self.logs is not None:
-                self.logs.apply_topic_settings(info)
-        if self.groups is not None:
-            for name in before.keys() - after.keys():
-                await self.groups.forget_topic(name)
-
-    async def _release(self, units: list[tuple[tuple[str, int], Owner]]) -> None:
-        # Out of the local view first, so no request reloads a log while it closes; then
-        # flush and close them all; then delete the owner keys, which lets the next owners in.
-        for unit, _ in units:
-            self.view.owners.pop(unit, None)
-        await self._sync_local()
-        await self._each(self._delete_owner_key, units)
-
-    async def _delete_owner_key(self, item: tuple[tuple[str, int], Owner]) -> None:
-        unit, owner = item
-        key = self._root + "owners/" + _unit_key(unit)
-        try:
-            await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
-        except EtcdError:
-            self.view.owners.setdefault(unit, owner)  # still ours in etcd: hand it over next round
-            raise
-        self.released += 1
-        log.info("handed over %s", _unit_key(unit))
-
-    async def _acquire(self, unit: tuple[str, int]) -> None:
+    async def claim(self, unit: tuple[str, int]) -> None:
+        """Own the unit if nobody does: its owner key under this lease, its epoch one higher."""
         owner_key = self._root + "owners/" + _unit_key(unit)
         epoch_key = self._root + "epochs/" + _unit_key(unit)
         current = await self._etcd.get(epoch_key)
@@ -314,23 +225,14 @@ class ClusterMember:
             self.acquired += 1
             log.info("took %s at epoch %d", _unit_key(unit), epoch)
 
-    async def _sync_local(self) -> None:
-        """Close the logs and forget the groups this gateway no longer owns; load groups of
-        slots it now owns (partition logs load on first use)."""
-        if self.logs is not None:
-            stale = [each for each in self.logs.loaded() if not self.owns(each.topic, each.partition)]
-            async with trio.open_nursery() as nursery:  # each flushes what it accepted
-                for partition_log in stale:
-                    nursery.start_soon(self.logs.release, partition_log.topic, partition_log.partition)
-        if self.groups is not None:
-            held = self.groups.owned_slots()
-            for slot in range(self.slots):
-                owned = self.owns(GROUP_UNIT, slot)
-                if owned and slot not in held:
-                    try:
-                        await self.groups.adopt_slot(slot)
-                    except KafkaError as exc:
-                        log.warning("loading groups of slot %d failed (retried): %s", slot, exc)
-                elif not owned and slot in held:
-                    self.groups.drop_slot(slot)
-
+    async def hand_over(self, item: tuple[tuple[str, int], Owner]) -> None:
+        """Delete this gateway's owner key of the unit, which lets the next owner in."""
+        unit, owner = item
+        key = self._root + "owners/" + _unit_key(unit)
+        try:
+            await self._etcd.txn([Compare(key, "LEASE", self._lease)], [delete_op(key)])
+        except EtcdError:
+            self.view.owners.setdefault(unit, owner)  # still ours in etcd: hand it over next round
+            raise
+        self.released += 1
+        log.info("handed over %s", _unit_key(unit))

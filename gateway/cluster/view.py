@@ -12,18 +12,23 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
+from ..ownership import Broker
 from .etcd import EtcdClient, EtcdError, KeyValue
 from .etcd_metadata import EtcdMetadata
-from .ownership import Broker
 
-if TYPE_CHECKING:
-    from ..security.store import EtcdSecurity
 
-__all__ = ["ClusterView", "Owner", "BROKERS", "OWNERS", "TOPICS", "SECURITY"]
+class FollowedPart(Protocol):
+    """A part of the cluster state kept by its owner (credentials and ACLs): read whole,
+    then changed key by key."""
+
+    def replace(self, kvs: list[KeyValue]) -> None: ...
+    def apply(self, kv: KeyValue, deleted: bool) -> None: ...
+
+__all__ = ["ClusterView", "FollowedPart", "Owner", "BROKERS", "OWNERS", "TOPICS", "SECURITY"]
 
 log = logging.getLogger("kafscale.cluster")
 
@@ -38,8 +43,8 @@ class Owner:
 
 
 class ClusterView:
-    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadata, on_change: Callable[[], None],
-                 retry_s: float) -> None:
+    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadata, security: FollowedPart,
+                 on_change: Callable[[], None], retry_s: float) -> None:
         self._etcd = etcd
         self._root = root
         self._metadata = metadata  # holds the topics part
@@ -47,11 +52,8 @@ class ClusterView:
         self._retry_s = retry_s
         self.brokers: dict[int, Broker] = {}
         self.owners: dict[tuple[str, int], Owner] = {}
-        self.security: EtcdSecurity | None = None  # credentials and ACLs, followed once set
-
-    @property
-    def _parts(self) -> tuple[str, ...]:
-        return (BROKERS, OWNERS, TOPICS) + ((SECURITY,) if self.security is not None else ())
+        self._security = security
+        self._parts = (BROKERS, OWNERS, TOPICS, SECURITY)
 
     async def read_all(self) -> None:
         for part in self._parts:
@@ -69,8 +71,7 @@ class ClusterView:
         elif part == OWNERS:
             self.owners = dict(map(self._owner, kvs))
         elif part == SECURITY:
-            assert self.security is not None
-            self.security.replace(kvs)
+            self._security.replace(kvs)
         else:
             self._metadata.replace(kvs, revision)
         return revision
@@ -79,8 +80,7 @@ class ClusterView:
         if part == TOPICS:
             self._metadata.apply(kv, deleted)
         elif part == SECURITY:
-            assert self.security is not None
-            self.security.apply(kv, deleted)
+            self._security.apply(kv, deleted)
         elif part == BROKERS:
             if deleted:
                 self.brokers.pop(self._node_id(kv), None)

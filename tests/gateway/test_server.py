@@ -130,7 +130,7 @@ async def test_a_client_resetting_its_connection_does_not_stop_the_server(nurser
 
 async def _serving_at_epoch_3(nursery):
     """A gateway whose partitions are at leader epoch 3 (as after moves in a cluster), and a client."""
-    from kafscale.gateway.cluster.ownership import SoleGateway
+    from kafscale.gateway.ownership import SoleGateway
 
     class OwnerAtEpoch3(SoleGateway):
         def leader(self, topic, partition):
@@ -197,7 +197,7 @@ async def test_fetch_and_list_offsets_check_the_current_leader_epoch(nursery):
 async def test_not_leader_answers_name_the_leader_and_its_endpoint(nursery):
     """KIP-951: Produce v10+ and Fetch v16+ carry the current leader and its address with
     NOT_LEADER_OR_FOLLOWER, so a client goes there without a Metadata round."""
-    from kafscale.gateway.cluster.ownership import Broker, SoleGateway
+    from kafscale.gateway.ownership import Broker, SoleGateway
 
     class LedElsewhere(SoleGateway):
         def brokers(self):

@@ -9,12 +9,12 @@ import pytest
 import trio
 
 from kafscale.gateway.cache import ByteLRU
-from kafscale.gateway.cluster.ownership import SoleGateway
 from kafscale.gateway.compaction import Compactor, compact
 from kafscale.gateway.damage import DamageReport
 from kafscale.gateway.fencing import Fencer
 from kafscale.gateway.log_objects import LogObjects
 from kafscale.gateway.log_writer import LogWriter
+from kafscale.gateway.ownership import SoleGateway
 from kafscale.gateway.partition_log import LogSettings, PartitionLog
 from kafscale.gateway.recovery import recover
 from kafscale.gateway.storage import AsyncStore

@@ -1,0 +1,235 @@
+"""The one place a gateway is put together: its mode, and every part given what it needs
+at construction.
+
+Two modes, chosen by the config (``etcd_endpoints`` set or not):
+
+- **embedded**: one gateway; topics, groups, credentials and ACLs live in its own
+  store. Every other writer found in the store is an earlier run of it: it is sealed
+  at start, and a run whose writer a newer run sealed whole stops writing
+  (``LogWriter.taken_over``; /readyz answers 503) instead of going on beside it.
+- **cluster**: gateways sharing a store, coordinated through etcd (metadata, a lease,
+  partition and group-slot owners). A gateway taken for dead by the others goes on as
+  a new writer once its lease is back, loading every partition again.
+
+The server and the tests build gateways here, so what is tested is what runs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import trio
+
+from kafscale.storage_backends import ObjectStore, S3Options, StorageError, open_store
+
+from .cluster.catalog_mirror import mirror_catalog
+from .cluster.etcd import EtcdClient, EtcdError, tls_context
+from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, cluster_root
+from .cluster.membership import ClusterMember, ClusterStartError
+from .cluster.rebalance import Rebalancer
+from .config import GatewayConfig
+from .context import GatewayContext
+from .groups import GroupCoordinator, GroupStore
+from .groups.coordinator import GroupSettings
+from .logs import LogManager
+from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
+from .metrics import Metrics
+from .ownership import Endpoint, SoleGateway
+from .security.access import Access
+from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
+from .storage import AsyncStore
+
+__all__ = ["Mode", "Gateway", "StartupError", "open_storage", "build"]
+
+
+class StartupError(RuntimeError):
+    """The gateway cannot start (bad storage, port in use...); the message says why."""
+
+
+class Mode(enum.Enum):
+    EMBEDDED = "embedded"
+    CLUSTER = "cluster"
+
+    @classmethod
+    def of(cls, config: GatewayConfig) -> Mode:
+        return cls.CLUSTER if config.etcd_endpoints else cls.EMBEDDED
+
+
+async def open_storage(config: GatewayConfig) -> tuple[ObjectStore, AsyncStore]:
+    """The configured store, checked to be usable."""
+    try:
+        backend = open_store(config.storage, fsync=config.fsync, s3=S3Options(
+            endpoint=config.s3_endpoint or None, region=config.s3_region or None,
+            access_key_id=config.s3_access_key_id or None,
+            secret_access_key=config.s3_secret_access_key or None, path_style=config.s3_path_style,
+            allow_http=config.s3_allow_http, timeout_ms=config.s3_timeout_ms, retries=config.s3_retries,
+        ))
+        await trio.to_thread.run_sync(backend.check)
+    except (ValueError, OSError, StorageError) as exc:
+        raise StartupError(f"cannot use storage {config.storage!r}: {exc}") from exc
+    return backend, AsyncStore(backend, config.storage_threads)
+
+
+class Embedded:
+    """Coordination of a lone gateway: nothing to join; its groups load from its store."""
+
+    mode = Mode.EMBEDDED
+
+    def __init__(self, groups: GroupCoordinator) -> None:
+        self._groups = groups
+
+    async def join(self) -> None:
+        await self._groups.load()
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        """Nothing runs beside the logs and groups."""
+
+    async def leave(self) -> None:
+        """Nothing to hand over."""
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
+
+class Clustered:
+    """Coordination through etcd: the member's lease and view, the rebalancer, and the
+    catalog mirrored into the store for Spark."""
+
+    mode = Mode.CLUSTER
+
+    def __init__(self, etcd: EtcdClient, member: ClusterMember, rebalancer: Rebalancer, metadata: EtcdMetadata,
+                 store: AsyncStore, namespace: str) -> None:
+        self.etcd = etcd
+        self.member = member
+        self._rebalancer = rebalancer
+        self._metadata = metadata
+        self._store = store
+        self._namespace = namespace
+
+    async def join(self) -> None:
+        try:
+            await self.member.join()
+            await self._rebalancer.reconcile()
+        except ClusterStartError as exc:
+            raise StartupError(str(exc)) from exc
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.member.run)
+        await nursery.start(self._rebalancer.run)
+        nursery.start_soon(mirror_catalog, self._metadata, self._store, self._namespace)
+
+    async def leave(self) -> None:
+        await self.member.leave()  # hands every partition over at once instead of after the lease
+
+    async def aclose(self) -> None:
+        await self.etcd.aclose()
+
+
+Coordination = Embedded | Clustered
+
+
+class Gateway:
+    """Every part of one gateway, built and wired; :meth:`start` loads and joins, :meth:`run`
+    runs the background work, :meth:`stop` flushes what was accepted and leaves."""
+
+    def __init__(self, config: GatewayConfig, store: AsyncStore, metrics: Metrics, metadata: MetadataStore,
+                 security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
+                 coordination: Coordination) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.metadata = metadata
+        self.security = security
+        self.groups = groups
+        self.logs = logs
+        self.access = access
+        self.coordination = coordination
+        self.context = GatewayContext(config, logs, metrics, groups, access)
+
+    @property
+    def mode(self) -> Mode:
+        return self.coordination.mode
+
+    async def start(self) -> None:
+        """Load the catalog, credentials and ACLs, fence earlier runs, open the writer, join."""
+        try:
+            await self.metadata.load()
+            await self.security.load()
+            await self.access.bootstrap()
+            await self.logs.start()
+            await self.coordination.join()
+        except StorageError as exc:
+            raise StartupError(f"storage {self.store.describe()} is unavailable: {exc}") from exc
+        except MetadataUnreadable as exc:
+            raise StartupError(f"{exc} (restore it from a backup, or move it aside to start empty)") from exc
+        except EtcdError as exc:
+            raise StartupError(f"etcd at {self.config.etcd_endpoints}: {exc}") from exc
+        self.metrics.watch_log(self.logs)
+        self.metrics.watch_groups(self.groups)
+        if isinstance(self.coordination, Clustered):
+            self.metrics.watch_cluster(self.coordination.member, self.coordination.etcd)
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The logs' writer and maintenance, the groups' timers, the cluster's loops."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.logs.run)
+            await nursery.start(self.groups.run)
+            await self.coordination.run(nursery)
+            task_status.started()
+
+    async def flush(self) -> None:
+        """Write every accepted append (produce handlers waiting on it get answered)."""
+        await self.logs.close()
+
+    async def leave(self) -> None:
+        """After the clients are gone: hand what this gateway owns over at once."""
+        await self.coordination.leave()
+
+    async def aclose(self) -> None:
+        """After :meth:`run` returned: close the connections to the metadata store."""
+        await self.coordination.aclose()
+
+
+def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...]) -> Gateway:
+    """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``."""
+    metrics = Metrics()
+    settings = GroupSettings(config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
+                             config.group_initial_rebalance_delay_ms)
+    count_rebalance: Callable[[str], None] = lambda group_id: metrics.rebalances.inc()  # noqa: E731
+    metadata: MetadataStore
+    security: SecurityStore
+    coordination: Coordination
+    if Mode.of(config) is Mode.CLUSTER:
+        etcd = _etcd_client(config)
+        root = cluster_root(config.etcd_prefix, config.cluster_id)
+        metadata = etcd_metadata = EtcdMetadata(etcd, root)
+        security = etcd_security = EtcdSecurity(etcd, root)
+        member = ClusterMember(config, etcd, etcd_metadata, etcd_security, root, endpoints)
+        groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.coordinator_slots), settings,
+                                  on_rebalance=count_rebalance)
+        groups.use_slots(config.coordinator_slots)
+        logs = LogManager(config, store, metadata, member)
+        rebalancer = Rebalancer(member, logs, groups, config.cluster_refresh_ms / 1000)
+        coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.namespace)
+    else:
+        metadata = EmbeddedMetadata(store, config.namespace)
+        security = EmbeddedSecurity(store, config.namespace)
+        groups = GroupCoordinator(GroupStore(store, config.namespace), settings, on_rebalance=count_rebalance)
+        logs = LogManager(config, store, metadata, SoleGateway(config.node_id, *config.advertised, endpoints))
+        coordination = Embedded(groups)
+    try:
+        access = Access(config, security, metrics)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read sasl_plain_users_file: {exc}") from exc
+    return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination)
+
+
+def _etcd_client(config: GatewayConfig) -> EtcdClient:
+    try:
+        etcd_tls = tls_context(config.etcd_cafile, config.etcd_certfile, config.etcd_keyfile)
+        return EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()],
+                          config.etcd_timeout_ms, tls=etcd_tls, username=config.etcd_username,
+                          password=config.etcd_password)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise StartupError(f"cannot set up the etcd client: {exc}") from exc
