@@ -23,10 +23,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
+from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import index_key, partition_prefix, segment_key, writer_node
@@ -35,12 +36,17 @@ from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, par
 from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_footer, parse_segment_header
 from kafscale.storage_backends import ObjectExists, StorageError
 
+from . import stored_log
+from .config import GatewayConfig
+from .damage import DamageReport
+from .log_objects import LogObjects
+from .log_writer import LogWriter
 from .merging import INDEX_MIN_BYTES, delete_redundant, merge
+from .metadata import TopicInfo
+from .ownership import Ownership
 from .partition_log import PartitionLog
-from .segments import list_segments, segment_last
-
-if TYPE_CHECKING:
-    from .logs import LogManager
+from .segments import list_segments
+from .storage import AsyncStore
 
 __all__ = ["compact", "Compactor"]
 
@@ -109,7 +115,7 @@ async def compact(partition_log: PartitionLog) -> int:
         except ObjectExists:
             # Written before (a run killed after its PUT, or a former owner): the same batches.
             info = await store.head(key)
-            found = await segment_last(store, key, builder.base_offset, info.size) if info else None
+            found = await stored_log.read(store, reads.segment_end(key, builder.base_offset, info.size)) if info else None
             if info is None or found is None:
                 log.error("segment %s exists but is unreadable; compaction of %s-%d stops here",
                           key, partition_log.topic, partition_log.partition)
@@ -140,10 +146,26 @@ async def compact(partition_log: PartitionLog) -> int:
         return last + 1 - segment.base_offset
 
 
+class ServedLogs(Protocol):
+    """What the compactor needs of the log manager that runs it."""
+
+    config: GatewayConfig
+    store: AsyncStore
+    objects: LogObjects
+    writer: LogWriter
+    ownership: Ownership
+    damage: DamageReport
+
+    def topics(self) -> dict[str, TopicInfo]: ...
+    def loaded(self) -> list[PartitionLog]: ...
+    def loaded_log(self, topic: str, partition: int) -> PartitionLog | None: ...
+    async def get(self, topic: str, partition: int) -> PartitionLog: ...
+
+
 class Compactor:
     """Compacts the partitions this gateway serves and deletes what is compacted."""
 
-    def __init__(self, logs: LogManager, check_interval_s: float = 1.0, time_share: float = 1.0) -> None:
+    def __init__(self, logs: ServedLogs, check_interval_s: float = 1.0, time_share: float = 1.0) -> None:
         self.logs = logs
         self.check_interval_s = check_interval_s
         # After a segment that took t seconds, pause t * (1 / share - 1): compaction takes at

@@ -26,8 +26,7 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
         return False, "starting or stopping"
     if ctx.logs.writer.taken_over:
         return False, "a newer run of this gateway took the store over: this one writes nothing"
-    lease_valid = getattr(ctx.ownership, "lease_valid", None)
-    if lease_valid is not None and not lease_valid():
+    if not ctx.ownership.lease_valid():
         return False, "no valid etcd lease (etcd unreachable or this gateway was paused)"
     store = ctx.logs.store
     meta = f"{ctx.config.namespace}/{META_PREFIX}/"

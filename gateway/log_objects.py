@@ -11,46 +11,31 @@ from collections import defaultdict
 
 import trio
 
+from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import SegmentFormatError
-from kafscale.protocol.layout import log_prefix, parse_log_object_key
-from kafscale.protocol.log_object import (
-    LogEntry,
-    LogObjectDirectory,
-    directory_from_tail,
-    parse_directory,
-    tail_start,
-)
+from kafscale.protocol.layout import parse_log_object_key
+from kafscale.protocol.log_object import LogEntry, LogObjectDirectory
 from kafscale.protocol.log_view import entries_by_partition
-from kafscale.storage_backends import ObjectNotFound
 
+from . import stored_log
 from .damage import DamageReport
 from .storage import AsyncStore
 
-__all__ = ["LogObjects", "read_log_directory", "read_slot"]
-
-_READS_IN_FLIGHT = 16
-
-
-async def read_log_directory(store: AsyncStore, key: str, size: int) -> LogObjectDirectory:
-    """A log object's directory, from one ranged GET of its tail (two if the directory is
-    larger than that read); :class:`SegmentFormatError` if the object is torn."""
-    found = directory_from_tail(key, size, await store.get_range(key, tail_start(size), size))
-    if isinstance(found, int):
-        return parse_directory(key, await store.get_range(key, found, size))
-    return found
+__all__ = ["LogObjects", "read_slot"]
 
 
 async def read_slot(store: AsyncStore, key: str) -> LogObjectDirectory | None:
-    """The directory of whatever took a slot (a put-if-absent lost), ``None`` if it is gone."""
+    """The directory of whatever took a slot (a put-if-absent lost), ``None`` if it is gone;
+    :class:`SegmentFormatError` if it is torn or damaged."""
     info = await store.head(key)
-    return None if info is None else await read_log_directory(store, key, info.size)
+    return None if info is None else await stored_log.read(store, reads.read_directory(key, info.size))
 
 
 class LogObjects:
     def __init__(self, store: AsyncStore, namespace: str, damage: DamageReport) -> None:
         self._store = store
         self._damage = damage
-        self._prefix = log_prefix(namespace)
+        self._namespace = namespace
         self.directories: dict[str, LogObjectDirectory] = {}
         self.sizes: dict[str, int] = {}
         self.unreadable: set[str] = set()
@@ -71,31 +56,23 @@ class LogObjects:
         """List the log objects and read the directories not seen yet; objects deleted by
         others are forgotten."""
         async with self._refreshing:
-            listed = {info.key: info.size for info in await self._store.list(self._prefix)
-                      if parse_log_object_key(info.key) is not None}
+            listed = dict(await stored_log.read(self._store, reads.list_log_objects(self._namespace)))
             for key in list(self.directories):
                 if key not in listed:
                     self.forget(key)
             new = [(key, size) for key, size in listed.items()
                    if key not in self.directories and key not in self.unreadable]
-            limiter = trio.CapacityLimiter(_READS_IN_FLIGHT)
-
-            async def read(key: str, size: int) -> None:
-                async with limiter:
-                    try:
-                        self.add(await read_log_directory(self._store, key, size), size)
-                    except ObjectNotFound:
-                        pass  # deleted since the listing
-                    except SegmentFormatError as exc:
-                        # Torn (never acknowledged: acks wait for the whole write) or damaged since:
-                        # ignored, kept for inspection. Offsets it held that no other piece holds
-                        # answer CORRUPT_MESSAGE (PartitionLog.read).
-                        self._damage.record(key, f"log object unreadable, ignored: {exc}")
-                        self.unreadable.add(key)
-
-            async with trio.open_nursery() as nursery:
-                for key, size in new:
-                    nursery.start_soon(read, key, size)
+            found = await stored_log.read(self._store, reads.gather(reads.read_directory(key, size)
+                                                                   for key, size in new))
+            for (key, size), directory in zip(new, found, strict=True):
+                if isinstance(directory, SegmentFormatError):
+                    # Torn (never acknowledged: acks wait for the whole write) or damaged since:
+                    # ignored, kept for inspection. Offsets it held that no other piece holds
+                    # answer CORRUPT_MESSAGE (PartitionLog.read).
+                    self._damage.record(key, f"log object unreadable, ignored: {directory}")
+                    self.unreadable.add(key)
+                elif directory is not None:  # None: deleted since the listing
+                    self.add(directory, size)
 
     def entries_for(self, topic: str, partition: int, topic_id: bytes | None = None) -> list[LogEntry]:
         """The partition's valid entries (of this incarnation of the topic, given its id)."""

@@ -23,7 +23,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -33,10 +32,8 @@ from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObje
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
 
 from .log_objects import LogObjects, read_slot
+from .partition_log import PartitionLog, Pending
 from .storage import AsyncStore
-
-if TYPE_CHECKING:
-    from .partition_log import PartitionLog, Pending
 
 __all__ = ["LogWriter", "new_writer_id"]
 

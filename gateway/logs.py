@@ -205,6 +205,8 @@ class LogManager:
         leader = self.ownership.leader(topic, partition)
         if leader is None or not self.ownership.owns(topic, partition):
             raise KafkaError(ErrorCode.not_leader_or_follower, f"this gateway does not lead {topic}-{partition}")
+        if self.writer.taken_over:  # not loaded again on every request: nothing could be written
+            raise KafkaError(ErrorCode.not_leader_or_follower, "a newer run of this gateway took the store over")
         epoch = leader[1]
         key = (topic, partition)
         while True:

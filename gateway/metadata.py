@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
 
-from kafscale.protocol.catalog import decode_catalog, encode_catalog
+from kafscale.protocol.catalog import TopicInfo, decode_catalog, encode_catalog
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topics_key
 from kafscale.storage_backends import ObjectNotFound
@@ -25,25 +24,6 @@ from .storage import AsyncStore
 __all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata", "MetadataUnreadable"]
 
 log = logging.getLogger("kafscale.metadata")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-    # Log start offsets moved by DeleteRecords (retention moves them by deleting segments).
-    log_start: dict[int, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"id": str(self.topic_id), "partitions": self.partitions, "configs": self.configs,
-                "log_start": {str(p): o for p, o in sorted(self.log_start.items())}}
-
-    @classmethod
-    def from_json(cls, name: str, data: dict) -> TopicInfo:
-        return cls(name, uuid.UUID(data["id"]), int(data["partitions"]), dict(data.get("configs", {})),
-                   {int(p): int(o) for p, o in data.get("log_start", {}).items()})
 
 
 class MetadataStore(Protocol):
@@ -81,8 +61,7 @@ class EmbeddedMetadata:
             self._topics = {}
             return
         try:
-            topics, self._producer_block_end = decode_catalog(raw)
-            self._topics = {name: TopicInfo.from_json(name, data) for name, data in topics.items()}
+            self._topics, self._producer_block_end = decode_catalog(raw)
             self._next_producer_id = self._producer_block_end
         except (ValueError, KeyError, TypeError) as exc:
             raise MetadataUnreadable(f"metadata object {self._key} is unreadable: {exc}") from exc
@@ -92,7 +71,7 @@ class EmbeddedMetadata:
 
     async def _save(self, topics: dict[str, TopicInfo], producer_block_end: int | None = None) -> None:
         block_end = self._producer_block_end if producer_block_end is None else producer_block_end
-        document = encode_catalog({name: info.to_json() for name, info in topics.items()}, block_end)
+        document = encode_catalog(topics, block_end)
         await self._store.put(self._key, document)
         self._topics = topics
         self._producer_block_end = block_end

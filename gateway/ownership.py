@@ -46,6 +46,8 @@ class Ownership(Protocol):
     # earlier run of this gateway; in a cluster, other gateways' writers are live.
     clustered: bool
 
+    def lease_valid(self) -> bool:
+        """Whether this gateway surely still holds what it owns (a cluster member's etcd lease)."""
     def brokers(self) -> list[Broker]: ...
     def controller_id(self) -> int: ...
     def leader(self, topic: str, partition: int) -> tuple[int, int] | None:
@@ -62,6 +64,9 @@ class SoleGateway:
     def __init__(self, node_id: int, host: str, port: int, endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = node_id
         self.me = Broker(node_id, host, port, endpoints)
+
+    def lease_valid(self) -> bool:
+        return True  # nobody else hands its partitions out
 
     def brokers(self) -> list[Broker]:
         return [self.me]

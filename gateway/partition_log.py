@@ -17,10 +17,11 @@ import bisect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
+from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.layout import index_key, partition_prefix
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
@@ -29,14 +30,24 @@ from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
 from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
+from . import stored_log
 from .cache import ByteLRU
 from .damage import DamageReport
 from .producers import ProducerStates
-from .segments import list_segments
 from .storage import AsyncStore
 
-if TYPE_CHECKING:
-    from .log_writer import LogWriter
+
+class Flusher(Protocol):
+    """What a partition log needs of the writer that flushes it (the gateway's
+    :class:`~.log_writer.LogWriter`, which takes the appends through :meth:`PartitionLog.take_pending`)."""
+
+    failing: str | None  # why a write in doubt is being retried, while one is
+
+    @property
+    def refusing(self) -> bool:
+        """Whether appends are refused now (a write in doubt holds one object's worth)."""
+    def mark(self, partition_log: PartitionLog, size: int) -> None:
+        """``size`` more bytes of ``partition_log`` wait for a flush."""
 
 __all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending"]
 
@@ -98,7 +109,7 @@ class Pending:
 class PartitionLog:
     def __init__(
         self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU,
-        writer: LogWriter, *, epoch: int, owned_epoch: Callable[[], int | None], damage: DamageReport,
+        writer: Flusher, *, epoch: int, owned_epoch: Callable[[], int | None], damage: DamageReport,
         topic_id: bytes = bytes(16),
     ) -> None:
         self.topic = topic
@@ -307,10 +318,11 @@ class PartitionLog:
 
     async def _segment_holding(self, piece: Piece) -> str:
         """The key of the segment that now holds a deleted segment's offsets."""
-        for segment in (await list_segments(self.store, self.prefix)).segments:
-            if segment.base_offset <= piece.base_offset and segment.last_offset >= piece.last_offset:
-                return segment.key
-        raise ObjectNotFound(piece.key)
+        holding = await stored_log.read(self.store, reads.segments_holding(self.prefix, piece.base_offset,
+                                                                          piece.last_offset))
+        if len(holding) != 1:  # merges join whole segments: one holds them all, or none does
+            raise ObjectNotFound(piece.key)
+        return holding[0].key
 
     # -- fetch -----------------------------------------------------------------------------
 

@@ -1,71 +1,32 @@
-"""A partition's segments as stored: listed, each with its last offset read from its footer.
-
-Shared by recovery (which also repairs torn segments), the read path (a segment merged
-away under it) and the janitor (what another gateway's segments hold).
-"""
+"""A partition's segments as stored: listed with their last offsets, and the owner's repair
+of torn ones."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import NamedTuple
 
-import trio
-
-from kafscale.protocol.layout import parse_segment_key, segment_key, segment_partition
+from kafscale.protocol import stored_log as reads
+from kafscale.protocol.layout import segment_key, segment_partition
 from kafscale.protocol.log_view import StoredSegment
 from kafscale.protocol.records import BatchHeader, salvage_batches
-from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, SegmentBuilder, segment_body_end
-from kafscale.protocol.segment import segment_last as last_from_footer
+from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, SegmentBuilder, segment_body_end
+from kafscale.protocol.stored_log import SegmentListing
 from kafscale.storage_backends import ObjectExists, ObjectNotFound
 
+from . import stored_log
 from .damage import DamageReport
 from .storage import AsyncStore
 
-__all__ = ["segment_last", "list_segments", "SegmentListing", "repair_torn"]
+__all__ = ["list_segments", "SegmentListing", "repair_torn"]
 
 _NO_LAST = 2**63 - 1  # a torn segment's last offset is unknown: walk as far as batches are intact
 
 
-async def segment_last(store: AsyncStore, key: str, base_offset: int, size: int) -> int | None:
-    """A segment's last offset, from its footer (``None`` if torn; ObjectNotFound if gone)."""
-    if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
-        return None
-    return last_from_footer(base_offset, size, await store.get_range(key, size - SEGMENT_FOOTER_SIZE, size))
-
-
-class SegmentListing(NamedTuple):
-    segments: list[StoredSegment]  # each with its last offset, from its footer
-    torn: list[tuple[int, str]]  # (base offset, key) of segments without a valid footer
-
-
 async def list_segments(store: AsyncStore, prefix: str) -> SegmentListing:
-    """A partition's segments, each with its last offset (footers read concurrently), and
-    those whose footer is torn or damaged. A segment deleted since the listing was merged
-    into another (or is below the log start)."""
-    listed = sorted((base, info.key, info.size) for info in await store.list(prefix)
-                    if (base := parse_segment_key(info.key)) is not None)
-    lasts: dict[str, int | None] = {}
-
-    async def read_footer(base: int, key: str, size: int) -> None:
-        try:
-            lasts[key] = await segment_last(store, key, base, size)
-        except ObjectNotFound:
-            pass
-
-    async with trio.open_nursery() as nursery:
-        for base, key, size in listed:
-            nursery.start_soon(read_footer, base, key, size)
-    found, torn = [], []
-    for base, key, size in listed:
-        if key not in lasts:
-            continue
-        last = lasts[key]
-        if last is not None:
-            found.append(StoredSegment(base, key, size, last))
-        else:
-            torn.append((base, key))
-    return SegmentListing(found, torn)
+    """A partition's segments, each with its last offset, and those whose footer is torn
+    or damaged (:func:`kafscale.protocol.stored_log.list_segments`)."""
+    return await stored_log.read(store, reads.list_segments(prefix))
 
 
 async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: DamageReport) -> list[StoredSegment]:

@@ -15,6 +15,7 @@ __all__ = [
     "partition_prefix",
     "segment_key",
     "index_key",
+    "index_key_of_segment",
     "segment_partition",
     "parse_segment_key",
     "topics_key",
@@ -23,6 +24,7 @@ __all__ = [
     "log_prefix",
     "log_object_key",
     "parse_log_object_key",
+    "log_object_namespace",
     "writer_node",
 ]
 
@@ -62,6 +64,13 @@ def index_key(namespace: str, topic: str, partition: int, base_offset: int) -> s
     return f"{namespace}/{topic}/{partition}/segment-{base_offset:020d}.index"
 
 
+def index_key_of_segment(key: str) -> str:
+    """The index object beside a segment."""
+    if parse_segment_key(key) is None:
+        raise ValueError(f"{key!r} is not a segment key")
+    return key[: -len(".kfs")] + ".index"
+
+
 def parse_segment_key(key: str) -> int | None:
     """Base offset of a segment key, or ``None`` for any other object."""
     match = _SEGMENT.search(key)
@@ -88,6 +97,12 @@ def parse_log_object_key(key: str) -> tuple[str, int] | None:
     """(writer, sequence) of a log object key, or ``None`` for any other object."""
     match = _LOG_OBJECT.search(key)
     return (match.group(1), int(match.group(3))) if match else None
+
+
+def log_object_namespace(key: str) -> str | None:
+    """The namespace of a log object key, or ``None`` for any other object."""
+    match = _LOG_OBJECT.search(key)
+    return key[: match.start()] if match else None
 
 
 def writer_node(writer: str) -> int:

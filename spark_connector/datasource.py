@@ -6,32 +6,15 @@ from storage (planning on the driver, segments fetched and decoded on executors)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from kafscale.storage_backends import ObjectStore, S3Options, open_store
-
-from .options import ReadOptions, parse_options
-from .planning import PartitionRange, plan
+from .options import OptionError, ReadOptions, parse_options
+from .planning import plan
 from .rows import HEADERS_DDL, SPARK_SCHEMA, read_range
+from .streaming import KafscaleStreamReader
+from .tasks import KafscaleInputPartition, open_location
 
 __all__ = ["KafscaleDataSource", "register"]
-
-
-def open_location(options: ReadOptions) -> ObjectStore:
-    s3 = options.s3
-    return open_store(options.path, fsync=False, s3=S3Options(
-        endpoint=s3.get("endpoint"), region=s3.get("region"), access_key_id=s3.get("accesskeyid"),
-        secret_access_key=s3.get("secretaccesskey"), path_style=s3.get("pathstyle", "false").lower() == "true",
-        allow_http=s3.get("allowhttp", "false").lower() == "true",
-    ))
-
-
-@dataclass
-class KafscaleInputPartition(InputPartition):
-    range: PartitionRange
-    options: ReadOptions
 
 
 class KafscaleBatchReader(DataSourceReader):
@@ -65,9 +48,6 @@ class KafscaleDataSource(DataSource):
         return KafscaleBatchReader(self.parsed)
 
     def streamReader(self, schema):
-        from .options import OptionError
-        from .streaming import KafscaleStreamReader
-
         if self.parsed.ending_given:
             raise OptionError("option endingOffsets is not valid in streaming queries (as in Spark's Kafka source)")
         return KafscaleStreamReader(self.parsed, open_location)

@@ -8,17 +8,14 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale.protocol.errors import CorruptBatch, SegmentFormatError
-from kafscale.protocol.layout import segment_partition
-from kafscale.protocol.log_object import read_entry
-from kafscale.protocol.log_view import Piece
-from kafscale.protocol.records import BatchHeader, decode_columns
-from kafscale.protocol.segment import read_segment
-from kafscale.storage_backends import ObjectNotFound, ObjectStore
+from kafscale.protocol.errors import CorruptBatch
+from kafscale.protocol.records import decode_columns
+from kafscale.storage_backends import ObjectStore
 
-from .planning import DataLossError, PartitionRange, segments_holding
+from .planning import PartitionRange
+from .stored_log import CorruptSegmentError, load_piece
 
-__all__ = ["arrow_schema", "SPARK_SCHEMA", "read_range", "load_piece", "CorruptSegmentError"]
+__all__ = ["arrow_schema", "SPARK_SCHEMA", "HEADERS_DDL", "read_range"]
 
 SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
@@ -26,53 +23,6 @@ SPARK_SCHEMA = (
 HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 _ROWS_PER_BATCH = 65_536
-
-
-class CorruptSegmentError(RuntimeError):
-    """A segment object failed validation; nothing from it is returned."""
-
-
-def _segment(store: ObjectStore, key: str) -> tuple[bytes, list[BatchHeader]]:
-    segment = read_segment(store.get(key))
-    return segment.data, segment.batches
-
-
-def load_piece(store: ObjectStore, piece: Piece) -> Iterator[tuple[bytes | memoryview, list[BatchHeader]]]:
-    """A piece's bytes and batches. A piece deleted since planning (an entry compacted, a
-    segment merged into an earlier one) is read from the segments that now hold its offsets."""
-    entry = piece.entry
-    try:
-        if entry is None:
-            yield _segment(store, piece.key)
-        else:
-            stored = read_entry(entry, store.get_range(piece.key, entry.position, entry.position + entry.length))
-            yield stored.data, stored.batches
-        return
-    except ObjectNotFound:
-        pass
-    except SegmentFormatError as exc:
-        raise CorruptSegmentError(f"{piece.key} is corrupt: {exc}") from exc
-    namespace, topic, partition = _partition_of(piece)
-    keys = segments_holding(store, namespace, topic, partition, piece.base_offset, piece.last_offset)
-    if not keys:
-        raise DataLossError(f"{piece.key} was deleted after planning and its offsets "
-                            f"{piece.base_offset}..{piece.last_offset} are in no segment (retention?)")
-    for key in keys:
-        try:
-            yield _segment(store, key)
-        except ObjectNotFound:
-            raise DataLossError(f"{key} was deleted while it was read (retention?)") from None
-        except SegmentFormatError as exc:
-            raise CorruptSegmentError(f"segment {key} is corrupt: {exc}") from exc
-
-
-def _partition_of(piece: Piece) -> tuple[str, str, int]:
-    if piece.entry is not None:
-        return piece.key.split("/~log/", 1)[0], piece.entry.topic, piece.entry.partition
-    parsed = segment_partition(piece.key)
-    if parsed is None:
-        raise CorruptSegmentError(f"{piece.key} is not a segment key")
-    return parsed
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:

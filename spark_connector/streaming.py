@@ -17,16 +17,10 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
-from .planning import (
-    DataLossError,
-    LogEntries,
-    PartitionRange,
-    _timestamp_for,
-    _topics,
-    offset_for_timestamp,
-    pieces_for,
-    snapshot,
-)
+from .planning import PartitionRange, offset_for_timestamp, pieces_for, read_catalog, timestamp_for
+from .rows import read_range
+from .stored_log import DataLossError, LogEntries, snapshot
+from .tasks import KafscaleInputPartition
 
 __all__ = ["KafscaleStreamReader"]
 
@@ -43,17 +37,16 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _snapshots(self):
         store = self._open(self.options)
         entries = LogEntries(store, self.options.namespace)
-        topics = _topics(store, self.options.namespace)
+        topics = read_catalog(store, self.options.namespace)
         found = {}
         for topic in sorted(topics):
             if not self.options.topic_matches(topic):
                 continue
             info = topics[topic]
-            partitions = self.options.assign[topic] if self.options.assign is not None else range(int(info["partitions"]))
+            partitions = self.options.assign[topic] if self.options.assign is not None else range(info.partitions)
             for partition in partitions:
-                log_start = int(info.get("log_start", {}).get(str(partition), 0))
-                found[(topic, partition)] = snapshot(store, self.options.namespace, topic, partition, log_start,
-                                                     entries.of(topic, partition, info.get("id")), info.get("id"))
+                found[(topic, partition)] = snapshot(store, self.options.namespace, info, partition,
+                                                     entries.of(info, partition))
         return found
 
     def _latest(self) -> Offsets:
@@ -70,7 +63,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if isinstance(wanted, dict):
                 wanted = wanted.get(topic, {}).get(partition, EARLIEST)
             offset = snap.log_start if wanted == EARLIEST else snap.high_watermark if wanted == LATEST else wanted
-            stamp = _timestamp_for(self.options.starting_timestamp, topic, partition) \
+            stamp = timestamp_for(self.options.starting_timestamp, topic, partition) \
                 if self.options.starting_timestamp is not None else None
             if stamp is not None:
                 found = offset_for_timestamp(store, snap, stamp)
@@ -118,8 +111,6 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return result
 
     def partitions(self, start: Offsets, end: Offsets):
-        from .datasource import KafscaleInputPartition
-
         snapshots = self._snapshots()
         ranges = []
         for topic, parts in end.items():
@@ -140,8 +131,6 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition):
-        from .rows import read_range
-
         yield from read_range(self._open(partition.options), partition.range, partition.options.include_headers)
 
     def commit(self, end: Offsets) -> None:

@@ -7,6 +7,7 @@ editable install, so the rule is checked here from the source.)
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,133 @@ def test_layer_does_not_import_forbidden_modules(folder):
         if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN[folder])
     ]
     assert violations == []
+
+
+# -- the module graph inside the gateway and the Spark connector ------------------------------
+
+PACKAGE = "kafscale"
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([PACKAGE, *parts])
+
+
+def _modules(folder: str) -> dict[str, Path]:
+    return {_module_of(path): path for path in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def _imported(path: Path, module: str, known: dict[str, Path]) -> set[str]:
+    """Every module of ``known`` that ``path`` imports, wherever the import is (function
+    bodies and ``if TYPE_CHECKING`` blocks included: a circle hidden there is still one)."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            names = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in known and name != module)
+    return found
+
+
+def _graph(folders: tuple[str, ...]) -> dict[str, set[str]]:
+    known = {name: path for folder in folders for name, path in _modules(folder).items()}
+    return {name: _imported(path, name, known) for name, path in known.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("folder", ["gateway", "spark_connector", "protocol", "storage_backends"])
+def test_no_import_cycles(folder):
+    assert _cycles(_graph((folder,))) == []
+
+
+def test_the_graph_sees_a_cycle_hidden_behind_type_checking(tmp_path, monkeypatch):
+    """The cycle check itself can fail: a circle closed only under TYPE_CHECKING is found."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("from .b import B\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _cycles(_graph(("pkg",))) == [["kafscale.pkg.a", "kafscale.pkg.b"]]
+
+
+# Leaves: modules the rest of the gateway builds on, which import nothing of it above them.
+LEAVES = {
+    "kafscale.gateway.ownership": set(),
+    "kafscale.gateway.cluster.etcd": set(),
+    "kafscale.gateway.config": set(),
+    "kafscale.gateway.storage": set(),
+    "kafscale.gateway.damage": set(),
+}
+
+
+@pytest.mark.parametrize("leaf", sorted(LEAVES))
+def test_leaves_import_nothing_of_the_gateway(leaf):
+    graph = _graph(("gateway",))
+    assert graph[leaf] - LEAVES[leaf] == set()
+
+
+def test_the_cluster_does_not_import_security_or_request_handling():
+    graph = _graph(("gateway",))
+    above = ("kafscale.gateway.security", "kafscale.gateway.handlers", "kafscale.gateway.connection",
+             "kafscale.gateway.context", "kafscale.gateway.server", "kafscale.gateway.wiring")
+    wrong = {(module, target) for module, targets in graph.items() if module.startswith("kafscale.gateway.cluster")
+             for target in targets if target.startswith(above)}
+    assert wrong == set()
+
+
+def test_only_the_composition_root_and_the_server_build_the_cluster_member_and_the_gateway():
+    users = {path.relative_to(ROOT).as_posix() for path in (ROOT / "gateway").rglob("*.py")
+             if "ClusterMember(" in path.read_text() or "LogManager(" in path.read_text()}
+    assert users == {"gateway/wiring.py"}
+
+
+def test_spark_connector_imports_only_protocol_and_storage_backends_of_ours():
+    ours = [(path.relative_to(ROOT).as_posix(), name) for path in sorted((ROOT / "spark_connector").rglob("*.py"))
+            for _, name in _imports(path) if name.startswith(PACKAGE + ".")]
+    allowed = (f"{PACKAGE}.protocol", f"{PACKAGE}.storage_backends")
+    assert [(path, name) for path, name in ours if not name.startswith(allowed)] == []

@@ -30,9 +30,8 @@ _RETRY_S = 5.0
 async def mirror_once(metadata: EtcdMetadata, store: AsyncStore, namespace: str) -> int:
     """Write the mirror of the catalog as now watched; returns the revision written."""
     revision = metadata.revision
-    topics = {name: info.to_json() for name, info in metadata.topics().items()}
     try:
-        await store.put_if_absent(catalog_key(namespace, revision), encode_catalog(topics))
+        await store.put_if_absent(catalog_key(namespace, revision), encode_catalog(metadata.topics()))
     except ObjectExists:
         pass  # another gateway mirrored this revision
     mirrors = sorted(info.key for info in await store.list(catalog_prefix(namespace)))

@@ -111,9 +111,11 @@ class Cluster:
 
     def log_entry_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
         """(base, last) offsets of the partition's entries in the shared log objects."""
-        from kafscale.spark_connector.planning import LogEntries
+        from kafscale.spark_connector.planning import read_catalog
+        from kafscale.spark_connector.stored_log import LogEntries
 
-        entries = LogEntries(open_store(self.location, s3=self.s3.options()), "kafscale").of(topic, partition, None)
+        store = open_store(self.location, s3=self.s3.options())
+        entries = LogEntries(store, "kafscale").of(read_catalog(store, "kafscale")[topic], partition)
         return sorted((e.base_offset, e.last_offset) for e in entries)
 
     def stop(self) -> None:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kafscale.spark_connector.planning import _topics
+from kafscale.spark_connector.planning import read_catalog
 from kafscale.storage_backends import open_store
 from tests.support.spark import spark_session
 
@@ -47,8 +47,12 @@ def test_spark_reads_a_clusters_topics_from_the_bucket_alone(cluster, spark):
         future.result(10)
 
     store = open_store(cluster.location, s3=cluster.s3.options())
-    wait_until(lambda: _topics(store, "kafscale").get("orders", {}).get("log_start", {}).get("0") == 100, 15,
-               lambda: f"the mirrored catalog is {_topics(store, 'kafscale').get('orders')}")
+    def orders_log_start():
+        orders = read_catalog(store, "kafscale").get("orders")
+        return orders.log_start.get(0) if orders else None
+
+    wait_until(lambda: orders_log_start() == 100, 15,
+               lambda: f"the mirrored catalog is {read_catalog(store, 'kafscale').get('orders')}")
     expected = {(p, o): v for (p, o), v in consumed.items() if p != 0 or o >= 100}
     assert len(expected) == 3000 - 100
 

@@ -172,10 +172,12 @@ def test_describe_log_dirs_and_cluster(admin_gateway):
         (topic,) = log_dir["topics"]
         (partition,) = topic["partitions"]
         # Stored batch bytes: still in shared log objects (compaction waits compaction_delay_ms).
-        from kafscale.spark_connector.planning import LogEntries
+        from kafscale.spark_connector.planning import read_catalog
+        from kafscale.spark_connector.stored_log import LogEntries
         from kafscale.storage_backends import LocalBackend
 
-        stored = sum(e.length for e in LogEntries(LocalBackend(gateway.data_dir), "kafscale").of("sized", 0, None))
+        store = LocalBackend(gateway.data_dir)
+        stored = sum(e.length for e in LogEntries(store, "kafscale").of(read_catalog(store, "kafscale")["sized"], 0))
         assert stored > 20 * 10
         assert (topic["name"], partition["partition_index"], partition["partition_size"]) == ("sized", 0, stored)
     finally:

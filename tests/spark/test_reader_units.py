@@ -10,11 +10,12 @@ pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[sp
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows  # noqa: E402
 
-from kafscale.spark_connector.datasource import open_location  # noqa: E402
 from kafscale.spark_connector.options import OptionError, parse_options  # noqa: E402
-from kafscale.spark_connector.planning import DataLossError, plan  # noqa: E402
+from kafscale.spark_connector.planning import plan  # noqa: E402
 from kafscale.spark_connector.rows import read_range  # noqa: E402
+from kafscale.spark_connector.stored_log import DataLossError  # noqa: E402
 from kafscale.spark_connector.streaming import KafscaleStreamReader  # noqa: E402
+from kafscale.spark_connector.tasks import open_location  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,224 @@
+"""Reading the stored log, sans-io: the one reader of what is in the store, for the gateway
+and for Spark.
+
+In the manner of h11, a reader does no I/O. It is a generator that yields a *step*, the
+list of reads it needs now (independent of each other, so a driver may run them
+concurrently), and is sent back their answers in the same order; it returns what it
+read. The gateway drives readers on trio (``gateway/stored_log.py``), Spark with a
+thread pool (``spark_connector/stored_log.py``); both apply the same rules:
+
+- a partition's segments are listed and each one's last offset is read from its
+  footer (one ranged read); a segment without a valid footer is *torn*: never
+  acknowledged by a writer, repaired by the partition's owner, skipped by readers;
+- a log object's directory comes from one ranged read of its tail (two when it is
+  larger than that read);
+- a partition's view (:func:`~.log_view.partition_view`) is listed again when a
+  merge raced the listing (offsets in no piece), a bounded number of times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+from .errors import SegmentFormatError
+from .layout import log_prefix, parse_log_object_key, parse_segment_key
+from .log_object import LogEntry, LogObjectDirectory, directory_from_tail, parse_directory, tail_start
+from .log_view import PartitionView, StoredSegment, partition_view
+from .segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, segment_last
+
+__all__ = [
+    "ListObjects",
+    "ReadRange",
+    "RepairTorn",
+    "MISSING",
+    "Read",
+    "Reader",
+    "SegmentListing",
+    "gather",
+    "list_segments",
+    "segment_end",
+    "snapshot",
+    "segments_holding",
+    "list_log_objects",
+    "read_directory",
+    "LISTINGS",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ListObjects:
+    """Answered with ``[(key, size), …]`` of every object under ``prefix``."""
+
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """Answered with the object's bytes ``[start, end)``, or :data:`MISSING` if it is gone."""
+
+    key: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class RepairTorn:
+    """Segments without a valid footer, ``(base offset, key)``. Answered with the segments
+    written again from their intact batches by the partition's owner, or ``[]`` by a
+    reader that only skips them."""
+
+    torn: tuple[tuple[int, str], ...]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()  # the answer to a read of an object that does not exist (deleted)
+
+Read = ListObjects | ReadRange | RepairTorn
+Reader = Generator[list[Read], list[Any], T]
+
+# Listings of a partition before its holes are taken as real (damaged log objects).
+LISTINGS = 3
+
+
+class SegmentListing(NamedTuple):
+    segments: list[StoredSegment]  # each with its last offset, from its footer
+    torn: list[tuple[int, str]]  # (base offset, key) of segments without a valid footer
+
+
+def _no_last(key: str, size: int) -> int | None:
+    return None
+
+
+def list_segments(prefix: str, known_last: Callable[[str, int], int | None] = _no_last) -> Reader[SegmentListing]:
+    """A partition's segments under ``prefix``, each with its last offset (``known_last``
+    answers for footers read before: a key at one size always holds the same batches). A
+    segment deleted since the listing was merged into another, or is below the log start."""
+    (listed,) = yield [ListObjects(prefix)]
+    candidates = sorted((base, key, size) for key, size in listed if (base := parse_segment_key(key)) is not None)
+    lasts: dict[str, int | None] = {}
+    unread = []
+    for base, key, size in candidates:
+        if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
+            lasts[key] = None
+        elif (known := known_last(key, size)) is not None:
+            lasts[key] = known
+        else:
+            unread.append((base, key, size))
+    if unread:
+        tails = yield [ReadRange(key, size - SEGMENT_FOOTER_SIZE, size) for _, key, size in unread]
+        for (base, key, size), tail in zip(unread, tails, strict=True):
+            if tail is not MISSING:
+                lasts[key] = segment_last(base, size, tail)
+    found, torn = [], []
+    for base, key, size in candidates:
+        if key not in lasts:
+            continue  # deleted since the listing
+        last = lasts[key]
+        if last is None:
+            torn.append((base, key))
+        else:
+            found.append(StoredSegment(base, key, size, last))
+    return SegmentListing(found, torn)
+
+
+def segment_end(key: str, base_offset: int, size: int) -> Reader[int | None]:
+    """One segment's last offset, from its footer; ``None`` if it is torn or gone."""
+    if size < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
+        return None
+    (tail,) = yield [ReadRange(key, size - SEGMENT_FOOTER_SIZE, size)]
+    return None if tail is MISSING else segment_last(base_offset, size, tail)
+
+
+def snapshot(prefix: str, entries: Iterable[LogEntry], persisted_log_start: int = 0,
+             known_last: Callable[[str, int], int | None] = _no_last) -> Reader[PartitionView]:
+    """A partition's view over its segments and ``entries`` (its log-object entries, listed
+    *before* the segments, so an entry compacted in between is in one or the other).
+
+    Listed again while a merge raced the listing: offsets in no piece (a segment deleted
+    before its footer was read), or a segment that looks torn (rewritten larger in place, so
+    the footer was read where its old end was). A segment is handed over for repair only when
+    two listings in a row find it torn (or the last one does); holes left after
+    :data:`LISTINGS` listings are offsets no readable piece holds (a damaged log object)."""
+    entries = list(entries)
+    view = partition_view((), entries, persisted_log_start)
+    torn_before: set[tuple[int, str]] = set()
+    for attempt in range(LISTINGS):
+        listing = yield from list_segments(prefix, known_last)
+        last_listing = attempt == LISTINGS - 1
+        torn = [each for each in listing.torn if each in torn_before or last_listing]
+        torn_before = set(listing.torn)
+        segments = listing.segments
+        if torn:
+            (repaired,) = yield [RepairTorn(tuple(torn))]
+            segments = segments + list(repaired)
+        view = partition_view(segments, entries, persisted_log_start)
+        if not view.holes and len(torn) == len(listing.torn):
+            break
+    return view
+
+
+def segments_holding(prefix: str, first: int, last: int) -> Reader[list[StoredSegment]]:
+    """The segments that hold offsets ``first..last`` now (for a piece deleted since it was
+    listed: an entry compacted, or a segment merged into an earlier one); [] if not all of
+    those offsets are in segments."""
+    listing = yield from list_segments(prefix)
+    if not partition_view(listing.segments, ()).holds(first, last):
+        return []
+    return [s for s in listing.segments if s.base_offset <= last and s.last_offset >= first]
+
+
+def list_log_objects(namespace: str) -> Reader[list[tuple[str, int]]]:
+    """``(key, size)`` of every shared log object of ``namespace``."""
+    (listed,) = yield [ListObjects(log_prefix(namespace))]
+    return [(key, size) for key, size in listed if parse_log_object_key(key) is not None]
+
+
+def read_directory(key: str, size: int) -> Reader[LogObjectDirectory | None]:
+    """A log object's directory (``None`` if the object is gone); :class:`SegmentFormatError`
+    if it is torn or damaged."""
+    (tail,) = yield [ReadRange(key, tail_start(size), size)]
+    if tail is MISSING:
+        return None
+    found = directory_from_tail(key, size, tail)
+    if isinstance(found, int):
+        (body,) = yield [ReadRange(key, found, size)]
+        return None if body is MISSING else parse_directory(key, body)
+    return found
+
+
+def gather(readers: Iterable[Reader[T]]) -> Reader[list[T | SegmentFormatError]]:
+    """Several readers as one, their steps merged so a driver runs their reads together;
+    each one's result, or the :class:`SegmentFormatError` it raised, in order."""
+    results: list[Any] = []
+    waiting: dict[int, tuple[Reader[T], list[Read]]] = {}
+
+    def advance(index: int, reader: Reader[T], answers: list[Any] | None) -> None:
+        try:
+            step = reader.send(answers)  # type: ignore[arg-type]  # None starts a generator
+        except StopIteration as done:
+            results[index] = done.value
+        except SegmentFormatError as exc:
+            results[index] = exc
+        else:
+            waiting[index] = (reader, step)
+
+    for index, reader in enumerate(readers):
+        results.append(None)
+        advance(index, reader, None)
+    while waiting:
+        order = list(waiting)
+        answers = yield [read for index in order for read in waiting[index][1]]
+        position = 0
+        for index in order:
+            reader, step = waiting.pop(index)
+            advance(index, reader, answers[position:position + len(step)])
+            position += len(step)
+    return results
