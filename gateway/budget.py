@@ -14,11 +14,9 @@ answers, cannot starve ordinary traffic while they wait to be timed out.
 
 from __future__ import annotations
 
-import contextvars
-
 import trio
 
-__all__ = ["ByteBudget", "ConnectionBudget", "RequestMemory", "request_memory"]
+__all__ = ["ByteBudget", "ConnectionBudget", "RequestMemory"]
 
 
 SMALL_REQUEST = 1 << 20
@@ -131,8 +129,3 @@ class RequestMemory:
     def release(self) -> None:
         self.account.release(self.size)
         self.size = 0
-
-
-# The memory of the request being handled (set by the connection for each handler task).
-request_memory: contextvars.ContextVar[RequestMemory | None] = contextvars.ContextVar(
-    "request_memory", default=None)

@@ -41,11 +41,11 @@ from kafscale.protocol.framing import FrameDecoder
 from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
 from kafscale.storage_backends import StorageError
 
-from .budget import ByteBudget, RequestMemory, request_memory
-from .context import GatewayContext, current_peer
+from .budget import ByteBudget, RequestMemory
+from .context import GatewayContext, RequestContext
 from .handlers import REGISTRY, Handler
 from .handlers.api_versions import unsupported_version_response
-from .security.access import Session, current_session
+from .security.access import Session
 
 __all__ = ["Connection"]
 
@@ -240,6 +240,22 @@ class Connection:
             except OSError:
                 pass
 
+    def _failure(self, handler: Handler, request: Request, exc: Exception):
+        """The error answer of a request whose handler failed."""
+        api = handler.api_key.name
+        if handler.closes_on_error:
+            self.session.closing = True
+        if isinstance(exc, trio.TooSlowError):
+            return handler.error(request, ErrorCode.request_timed_out)
+        if isinstance(exc, KafkaError):
+            return handler.error(request, exc.code)
+        if isinstance(exc, StorageError):  # the store failed (full, down, refused): retriable for clients
+            log.warning("%s v%d from %s: object store error: %s", api, request.header.api_version, self.peer, exc)
+            return handler.error(request, ErrorCode.kafka_storage_error)
+        log.error("%s v%d from %s failed", api, request.header.api_version, self.peer, exc_info=exc)
+        self.ctx.metrics.request_errors.labels(api).inc()
+        return handler.error(request, ErrorCode.unknown_server_error)
+
     def _violation(self, exc: Exception) -> None:
         self.ctx.metrics.protocol_errors.inc()
         log.warning("closing connection from %s: %s", self.peer, exc)
@@ -263,9 +279,7 @@ class Connection:
                 task_status.started()
 
         api = handler.api_key.name
-        current_peer.set(self.session.host)
-        current_session.set(self.session)
-        request_memory.set(slot.memory)
+        context = RequestContext(self.ctx, self.session, slot.memory)
         self.ctx.metrics.requests.labels(api, str(request.header.api_version)).inc()
         started = time.perf_counter()
         if not handler.ordered:
@@ -274,20 +288,11 @@ class Connection:
             timeout = handler.timeout(request) if handler.timeout else self.ctx.config.request_timeout_ms / 1000
             with trio.fail_after(timeout + 1):
                 if handler.ordered:
-                    body = await handler.handle(self.ctx, request, admitted)
+                    body = await handler.handle(context, request, admitted)
                 else:
-                    body = await handler.handle(self.ctx, request)
-        except trio.TooSlowError:
-            body = handler.error(request, ErrorCode.request_timed_out)
-        except KafkaError as exc:
-            body = handler.error(request, exc.code)
-        except StorageError as exc:  # the store failed (full, down, refused): retriable for clients
-            log.warning("%s v%d from %s: object store error: %s", api, request.header.api_version, self.peer, exc)
-            body = handler.error(request, ErrorCode.kafka_storage_error)
-        except Exception:
-            log.exception("%s v%d from %s failed", api, request.header.api_version, self.peer)
-            self.ctx.metrics.request_errors.labels(api).inc()
-            body = handler.error(request, ErrorCode.unknown_server_error)
+                    body = await handler.handle(context, request)
+        except Exception as exc:
+            body = self._failure(handler, request, exc)
         finally:
             admitted()
         try:

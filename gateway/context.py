@@ -1,21 +1,19 @@
-"""What every request handler can reach: config, partition logs, metrics, access control."""
+"""What request handlers reach: the gateway's parts (:class:`GatewayContext`, one per
+gateway) and, per request, who asks and with what memory (:class:`RequestContext`)."""
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 
+from .budget import RequestMemory
 from .config import GatewayConfig
 from .groups import GroupCoordinator
 from .logs import LogManager
 from .metrics import Metrics
 from .ownership import Broker, Ownership
-from .security.access import Access, current_session
+from .security.access import Access, ClientAccess, Session
 
-__all__ = ["GatewayContext", "current_peer"]
-
-# The client address of the request being handled (set by the connection).
-current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="unknown")
+__all__ = ["GatewayContext", "RequestContext"]
 
 
 @dataclass
@@ -35,10 +33,51 @@ class GatewayContext:
     def node_id(self) -> int:
         return self.config.node_id
 
+
+class RequestContext:
+    """One client request: the gateway's parts, the client's session (every authorization
+    check decides for it) and the memory the request holds."""
+
+    __slots__ = ("gateway", "session", "memory", "access")
+
+    def __init__(self, gateway: GatewayContext, session: Session, memory: RequestMemory) -> None:
+        self.gateway = gateway
+        self.session = session
+        self.memory = memory
+        self.access = ClientAccess(gateway.access, session)
+
+    @property
+    def config(self) -> GatewayConfig:
+        return self.gateway.config
+
+    @property
+    def logs(self) -> LogManager:
+        return self.gateway.logs
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.gateway.metrics
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        return self.gateway.groups
+
+    @property
+    def ownership(self) -> Ownership:
+        return self.gateway.logs.ownership
+
+    @property
+    def node_id(self) -> int:
+        return self.gateway.config.node_id
+
+    @property
+    def peer_host(self) -> str:
+        return self.session.host
+
     def address(self, broker: Broker) -> tuple[str, int]:
-        """The broker's address on the listener the current client came in on."""
-        session = current_session.get()
-        return broker.address(session.listener.name if session else None)
+        """The broker's address on the listener this client came in on (Kafka answers
+        Metadata and FindCoordinator with the endpoint of the client's own listener)."""
+        return broker.address(self.session.listener.name)
 
     def brokers(self) -> list[dict]:
         return [dict(node_id=b.node_id, host=host, port=port, rack=None)

@@ -38,6 +38,8 @@ class Handler:
     # Answers that grow with the catalog (Metadata over every partition) are encoded in a
     # worker thread, so the event loop keeps serving other clients meanwhile.
     large_answers: bool = False
+    # The connection closes once the error answer is sent (a failed SASL authentication).
+    closes_on_error: bool = False
 
     @property
     def served(self) -> VersionRange:
@@ -48,9 +50,11 @@ REGISTRY: dict[int, Handler] = {}
 
 
 def register(api_key: ApiKey, *, error: ErrorFn, ordered: bool = False, versions: VersionRange | None = None,
-             timeout: Callable[[Request], float] | None = None, large_answers: bool = False):
+             timeout: Callable[[Request], float] | None = None, large_answers: bool = False,
+             closes_on_error: bool = False):
     def decorator(function: HandleFn) -> HandleFn:
-        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions, timeout, large_answers)
+        REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions, timeout, large_answers,
+                                         closes_on_error)
         return function
 
     return decorator

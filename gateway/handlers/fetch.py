@@ -17,7 +17,7 @@ from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from ..budget import RequestMemory, request_memory
+from ..budget import RequestMemory
 from ..security.acl import Operation
 from .base import check_leader_epoch, leader_hint, register, respond
 
@@ -58,7 +58,7 @@ async def handle_fetch(ctx, request: Request):
     max_bytes = min(body.max_bytes, ctx.config.fetch_max_bytes) if body.max_bytes > 0 else ctx.config.fetch_max_bytes
     min_bytes = max(body.min_bytes, 0)
     targets = list(_targets(ctx, request))
-    memory = request_memory.get()
+    memory = ctx.memory
 
     while True:
         responses, total, errors, logs, endpoints = await _collect(ctx, targets, max_bytes, memory)

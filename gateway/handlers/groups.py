@@ -7,7 +7,6 @@ from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from ..context import current_peer
 from ..security.acl import Operation
 from .base import register, respond
 
@@ -36,7 +35,7 @@ async def handle_join_group(ctx, request: Request):
         result = await ctx.groups.join(
             group_id=body.group_id, member_id=body.member_id,
             group_instance_id=getattr(body, "group_instance_id", None),
-            client_id=request.header.client_id or "", client_host=current_peer.get(),
+            client_id=request.header.client_id or "", client_host=ctx.peer_host,
             session_timeout_ms=session, rebalance_timeout_ms=rebalance if rebalance > 0 else session,
             protocol_type=body.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],

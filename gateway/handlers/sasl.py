@@ -13,7 +13,6 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
-from ..security.access import current_session
 from .base import register, respond
 
 
@@ -23,25 +22,23 @@ def _handshake_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.SASL_HANDSHAKE, error=_handshake_error, ordered=True)
 async def handle_sasl_handshake(ctx, request: Request, admitted):
-    session = current_session.get()
-    code = ctx.access.handshake(session, request.body.mechanism)
+    session = ctx.session
+    code = ctx.access.handshake(request.body.mechanism)
     session.raw_tokens = code == ErrorCode.none and request.header.api_version == 0
     return respond(request, dict(error_code=code, mechanisms=list(ctx.access.mechanisms)))
 
 
 def _authenticate_error(request: Request, code: ErrorCode, message: str | None = None):
-    session = current_session.get()
-    if session is not None:
-        session.closing = True  # any failure ends the connection, as in Kafka
+    # Any failure ends the connection, as in Kafka (registered with closes_on_error).
     return respond(request, dict(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0))
 
 
-@register(ApiKey.SASL_AUTHENTICATE, error=_authenticate_error, ordered=True)
+@register(ApiKey.SASL_AUTHENTICATE, error=_authenticate_error, ordered=True, closes_on_error=True)
 async def handle_sasl_authenticate(ctx, request: Request, admitted):
-    session = current_session.get()
     try:
-        token, lifetime_ms = await ctx.access.authenticate(session, request.body.auth_bytes)
+        token, lifetime_ms = await ctx.access.authenticate(request.body.auth_bytes)
     except KafkaError as exc:
+        ctx.session.closing = True
         return _authenticate_error(request, exc.code, str(exc))
     return respond(request, dict(error_code=ErrorCode.none, error_message=None, auth_bytes=token,
                                  session_lifetime=lifetime_ms))

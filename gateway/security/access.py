@@ -1,13 +1,14 @@
 """Who a connection is and what it may do: the gateway's authenticator and authorizer.
 
-:class:`Session` is one connection's state (listener, principal, SASL progress);
-handlers reach it through ``current_session``. :class:`Access` is the gateway's:
-the credential and ACL store, the SASL mechanisms, the ACL decisions.
+:class:`Session` is one connection's state (listener, principal, SASL progress).
+:class:`Access` is the gateway's: the credential and ACL store, the SASL mechanisms,
+the ACL decisions, each for the session it is given. Handlers get a
+:class:`ClientAccess`, bound to their request's session (``RequestContext.access``):
+there is no ambient session to fall back on, and a decision asked without one refuses.
 """
 
 from __future__ import annotations
 
-import contextvars
 import hmac
 import logging
 import secrets
@@ -24,7 +25,7 @@ from .plain import parse_plain
 from .scram import MECHANISMS, AuthenticationFailed, ScramExchange, make_credential
 from .store import SecurityStore
 
-__all__ = ["Session", "Access", "current_session", "ANONYMOUS", "load_plain_users"]
+__all__ = ["Session", "Access", "ClientAccess", "ANONYMOUS", "load_plain_users"]
 
 log = logging.getLogger("kafscale.security")
 
@@ -58,9 +59,6 @@ class Session:
 
     def expired(self) -> bool:
         return self.expires_at is not None and trio.current_time() >= self.expires_at
-
-
-current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("current_session", default=None)
 
 
 def load_plain_users(path: str) -> dict[str, str]:
@@ -181,14 +179,17 @@ class Access:
 
     # -- authorization ---------------------------------------------------------------------
 
-    def allowed(self, operation: Operation, resource_type: ResourceType, name: str, quiet: bool = False) -> bool:
-        """Whether the current client may; a refusal is counted and logged unless ``quiet``
-        (a listing that leaves out what the client may not see is not a refusal)."""
+    def allowed(self, session: Session | None, operation: Operation, resource_type: ResourceType, name: str,
+                quiet: bool = False) -> bool:
+        """Whether the client of ``session`` may; a refusal is counted and logged unless
+        ``quiet`` (a listing that leaves out what the client may not see is not a refusal).
+        Without a session there is no client to decide for: refused (a defect of the caller)."""
         if not self.enforcing:
             return True
-        session = current_session.get()
-        if session is None:  # not a client request (internal work)
-            return True
+        if session is None:
+            log.error("authorization of %s %s %s asked without a client session: refused",
+                      operation.name, resource_type.name, name)
+            return False
         if self.authorizer.authorize(session.principal, session.host, operation, resource_type, name):
             return True
         if quiet:
@@ -197,6 +198,39 @@ class Access:
         log.info("denied %s %s on %s %s from %s", session.principal, operation.name, resource_type.name, name,
                  session.host)
         return False
+
+    def allowed_any(self, session: Session | None, operation: Operation, resource_type: ResourceType) -> bool:
+        """Whether the client may do ``operation`` on some resource of the type (ACL filters)."""
+        if not self.enforcing:
+            return True
+        return session is not None and self.authorizer.allowed_any(session.principal, session.host, operation,
+                                                                   resource_type)
+
+
+class ClientAccess:
+    """Authentication and authorization for one connection's client: every check decides
+    for the session it was made with."""
+
+    def __init__(self, access: Access, session: Session) -> None:
+        self._access = access
+        self.session = session
+
+    @property
+    def store(self) -> SecurityStore:
+        return self._access.store
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        return tuple(self._access.mechanisms)
+
+    def handshake(self, mechanism: str) -> ErrorCode:
+        return self._access.handshake(self.session, mechanism)
+
+    async def authenticate(self, token: bytes) -> tuple[bytes, int]:
+        return await self._access.authenticate(self.session, token)
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str, quiet: bool = False) -> bool:
+        return self._access.allowed(self.session, operation, resource_type, name, quiet)
 
     def allowed_topic(self, operation: Operation, topic: str, quiet: bool = False) -> bool:
         return self.allowed(operation, ResourceType.TOPIC, topic, quiet)
@@ -225,7 +259,7 @@ class Access:
             raise KafkaError(ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is not allowed")
 
     def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
-        """The operations the current client may do on a resource, as the bit field Metadata,
+        """The operations the client may do on a resource, as the bit field Metadata,
         DescribeCluster and DescribeGroups report (bit n: Operation n; Kafka's supported set)."""
         return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type]
                    if self.allowed(operation, resource_type, name, quiet=True))
@@ -237,8 +271,4 @@ class Access:
         return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
     def allowed_any(self, operation: Operation, resource_type: ResourceType) -> bool:
-        if not self.enforcing:
-            return True
-        session = current_session.get()
-        return session is None or self.authorizer.allowed_any(session.principal, session.host, operation,
-                                                              resource_type)
+        return self._access.allowed_any(self.session, operation, resource_type)

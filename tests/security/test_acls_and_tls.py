@@ -302,3 +302,21 @@ def test_authorized_operations_are_reported_per_principal(alice, secure_gateway)
 
     group = as_alice.describe_consumer_groups(["alice-group"], include_authorized_operations=True)
     assert set(group["alice-group"].result(10).authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+
+
+def test_an_authorization_check_without_a_client_session_refuses():
+    """Issue 21: authorization decides for the session it is given; asked with none (work
+    that is not a client request) it refuses instead of allowing, as it did with an ambient
+    session that was unset."""
+    from kafscale.gateway.config import GatewayConfig, Listener
+    from kafscale.gateway.metrics import Metrics
+    from kafscale.gateway.security.access import Access, ClientAccess, Session
+    from kafscale.gateway.security.acl import Operation, ResourceType
+    from kafscale.gateway.security.store import SecurityStore
+
+    store = SecurityStore()
+    access = Access(GatewayConfig(authorizer="acl", allow_everyone_if_no_acl_found=True), store, Metrics())
+    assert not access.allowed(None, Operation.READ, ResourceType.TOPIC, "t")
+    assert not access.allowed_any(None, Operation.WRITE, ResourceType.TOPIC)
+    client = ClientAccess(access, Session.start(Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), "127.0.0.1"))
+    assert client.allowed_topic(Operation.READ, "t")  # no ACL names it, and everyone is allowed then
