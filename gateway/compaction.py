@@ -32,7 +32,7 @@ from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import index_key, partition_prefix, segment_key, writer_node
 from kafscale.protocol.log_object import LogEntry
-from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, partition_view
+from kafscale.protocol.log_view import SEGMENT, PartitionView, Piece, partition_view
 from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_footer, parse_segment_header
 from kafscale.storage_backends import ObjectExists, StorageError
 
@@ -83,7 +83,7 @@ async def compact(partition_log: PartitionLog) -> int:
             chosen.append(piece)
             size += piece.size
         if not chosen:
-            partition_log.uncompacted_since = None
+            partition_log.nothing_to_compact()
             return 0
         builder: SegmentBuilder | None = None
         limit = partition_log.settings.segment_bytes
@@ -121,10 +121,11 @@ async def compact(partition_log: PartitionLog) -> int:
                           key, partition_log.topic, partition_log.partition)
                 return 0
             segment = Piece(SEGMENT, key, builder.base_offset, found, info.size)
+            max_timestamp = None
         else:
             segment = Piece(SEGMENT, key, builder.base_offset, builder.next_offset - 1, len(data))
             index = build_index(builder.batches, settings.index_interval, len(data))
-            partition_log.segment_max_timestamps[segment.cache_key] = index.max_timestamp
+            max_timestamp = index.max_timestamp
             partition_log.cache.put(segment.cache_key, Segment(parse_segment_header(data), parse_segment_footer(data),
                                                                data, builder.batches), len(data))
             if len(data) >= INDEX_MIN_BYTES:
@@ -133,14 +134,8 @@ async def compact(partition_log: PartitionLog) -> int:
                                               builder.base_offset), index.encode(), durable=False)
                 except StorageError as exc:
                     log.warning("writing the index of %s failed (rebuilt on demand): %s", key, exc)
+        partition_log.compacted_into(segment, max_timestamp)
         last = segment.last_offset
-        current = partition_log.pieces
-        segments = [p for p in current if p.kind == SEGMENT and p.base_offset < segment.base_offset]
-        rest = [p for p in current if p.kind == ENTRY and p.last_offset > last]
-        partition_log.compacted_end = last + 1
-        partition_log.replace_pieces([*segments, segment, *rest])
-        if not any(p.last_offset >= partition_log.compacted_end for p in rest):
-            partition_log.uncompacted_since = None
         log.debug("compacted %s-%d offsets %d..%d into %s", partition_log.topic, partition_log.partition,
                   segment.base_offset, last, key)
         return last + 1 - segment.base_offset

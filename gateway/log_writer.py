@@ -29,6 +29,7 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObjectDirectory
+from kafscale.protocol.records import BatchHeader
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
 
 from .log_objects import LogObjects, read_slot
@@ -212,7 +213,7 @@ class LogWriter:
             # Cached from the appended record sets, not as slices of the object: a slice would
             # keep the whole object alive while the cache counts only the entry.
             parts = []
-            batches = []
+            batches: list[BatchHeader] = []
             position = 0
             for record_set, stamped in pending.record_sets:
                 batches.extend(replace(header, position=position + header.position) for header in stamped)
@@ -235,7 +236,7 @@ class LogWriter:
         kept = []
         for partition_log, pending in items:
             if self.sealed_all or (partition_log.topic, partition_log.partition) in sealed:
-                partition_log.fenced = True
+                partition_log.fence()
                 partition_log.not_written(pending, KafkaError(
                     ErrorCode.not_leader_or_follower,
                     f"another gateway took {partition_log.topic}-{partition_log.partition} over"))

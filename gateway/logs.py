@@ -246,7 +246,7 @@ class LogManager:
 
     def _fence_loaded(self) -> None:
         for partition_log in self._logs.values():
-            partition_log.fenced = True  # loaded again (fencing the others) on next use
+            partition_log.fence()  # loaded again (fencing the others) on next use
 
     def loaded(self) -> list[PartitionLog]:
         return list(self._logs.values())

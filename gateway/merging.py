@@ -125,13 +125,7 @@ async def merge(partition_log: PartitionLog) -> int:
             log.warning("%s changed while it was merged; the merge is given up", first.key)
             return 0
         segment = Piece(SEGMENT, first.key, first.base_offset, builder.next_offset - 1, len(merged))
-        merged_away = set(run)
-        partition_log.replace_pieces(sorted([p for p in partition_log.pieces if p not in merged_away] + [segment],
-                                            key=lambda p: (p.base_offset, p.kind != SEGMENT)))
-        for piece in run:
-            partition_log.cache.discard(piece.cache_key)
-            partition_log.segment_max_timestamps.pop(piece.cache_key, None)
-        partition_log.segment_max_timestamps[segment.cache_key] = index.max_timestamp
+        partition_log.merged_into(run, segment, index.max_timestamp)
         # Each is contained in the rewritten first one from here on: one batched delete.
         await store.delete_many([key for piece in run[1:]
                                  for key in (piece.key, index_key(namespace, topic, partition, piece.base_offset))])
@@ -144,7 +138,7 @@ async def delete_redundant(partition_log: PartitionLog) -> int:
     """Delete segments found contained in another when the partition was loaded (a merge
     killed before its deletes, or a late copy): safe, the containing one stays."""
     async with partition_log.maintenance:
-        doomed, partition_log.redundant = partition_log.redundant, []
+        doomed = partition_log.take_redundant()
         settings = partition_log.settings
         for segment in doomed:
             await partition_log.store.delete(segment.key)

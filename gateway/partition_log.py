@@ -25,7 +25,7 @@ from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.layout import index_key, partition_prefix
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
-from kafscale.protocol.log_view import ENTRY, PartitionView, Piece, StoredSegment, pieces_from
+from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, StoredSegment, pieces_from
 from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
 from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
 from kafscale.storage_backends import ObjectNotFound, StorageError
@@ -141,7 +141,7 @@ class PartitionLog:
         self._waiters: set[trio.Event] = set()
         self.closing = False
         self.fenced = False
-        self.producers = ProducerStates()
+        self.producers: ProducerStates[FlushTicket] = ProducerStates()
         self.segment_max_timestamps: dict[str, int] = {}
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
@@ -158,7 +158,7 @@ class PartitionLog:
         """New topic settings (e.g. segment.bytes) apply from the next compaction."""
         self.settings = settings
 
-    def apply_view(self, view: PartitionView, producers: ProducerStates) -> None:
+    def apply_view(self, view: PartitionView, producers: ProducerStates[FlushTicket]) -> None:
         self.pieces = list(view.pieces)
         self._bases = [piece.base_offset for piece in self.pieces]
         self.log_start_offset = view.log_start
@@ -253,6 +253,49 @@ class PartitionLog:
         self._bases = [piece.base_offset for piece in pieces]
         self._uncompacted_bytes = None
 
+    # -- maintenance results, applied by the log (callers hold ``maintenance``) --------------
+
+    def compacted_into(self, segment: Piece, max_timestamp: int | None) -> None:
+        """Compaction wrote ``segment``: it replaces the entries up to its last offset."""
+        last = segment.last_offset
+        segments = [p for p in self.pieces if p.kind == SEGMENT and p.base_offset < segment.base_offset]
+        rest = [p for p in self.pieces if p.kind == ENTRY and p.last_offset > last]
+        self.compacted_end = last + 1
+        self.replace_pieces([*segments, segment, *rest])
+        if max_timestamp is not None:
+            self.segment_max_timestamps[segment.cache_key] = max_timestamp
+        if not any(p.last_offset >= self.compacted_end for p in rest):
+            self.uncompacted_since = None
+
+    def nothing_to_compact(self) -> None:
+        self.uncompacted_since = None
+
+    def merged_into(self, run: list[Piece], segment: Piece, max_timestamp: int) -> None:
+        """Merging rewrote ``run``'s first segment as ``segment``, holding the whole run."""
+        merged_away = set(run)
+        self.replace_pieces(sorted([p for p in self.pieces if p not in merged_away] + [segment],
+                                   key=lambda p: (p.base_offset, p.kind != SEGMENT)))
+        for piece in run:
+            self.cache.discard(piece.cache_key)
+            self.segment_max_timestamps.pop(piece.cache_key, None)
+        self.segment_max_timestamps[segment.cache_key] = max_timestamp
+
+    def take_redundant(self) -> list[StoredSegment]:
+        """Segments found contained in others when the log was loaded, for deletion."""
+        doomed, self.redundant = self.redundant, []
+        return doomed
+
+    def remember_max_timestamp(self, piece: Piece, max_timestamp: int) -> None:
+        self.segment_max_timestamps[piece.cache_key] = max_timestamp
+
+    def fence(self) -> None:
+        """Another gateway took the partition over (or this gateway's writer is a new one):
+        nothing more is appended; the log manager loads it again on next use."""
+        self.fenced = True
+
+    def restore_producers(self, producers: ProducerStates[FlushTicket]) -> None:
+        self.producers = producers
+
     def entry_pieces(self) -> list[Piece]:
         return [piece for piece in self.pieces if piece.kind == ENTRY]
 
@@ -270,6 +313,9 @@ class PartitionLog:
         """The pieces starting before the compacted end (segments, and entries overlapping
         them): what merging looks at, without walking every entry waiting behind them."""
         return self.pieces[:bisect.bisect_left(self._bases, self.compacted_end)]
+
+    def cached(self, piece: Piece) -> bool:
+        return self.cache.get(piece.cache_key) is not None
 
     async def load_piece(self, piece: Piece, *, keep: bool = True) -> Segment | EntryBatches:
         """A piece's batches, through the cache; ``keep=False`` (compaction) does not put what

@@ -11,41 +11,44 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.records import BatchHeader
 
 __all__ = ["ProducerStates", "Duplicate"]
 
+Ticket = TypeVar("Ticket")  # what waits for a batch to be stored (the partition log's flush ticket)
+
 _RECENT = 5  # Kafka keeps the metadata of a producer's last five batches
 _INT32 = 2**31
 
 
 @dataclass(slots=True)
-class _Entry:
+class _Entry(Generic[Ticket]):
     first_sequence: int
     last_sequence: int
     base_offset: int
-    ticket: object
+    ticket: Ticket
 
 
 @dataclass(slots=True)
-class _Producer:
+class _Producer(Generic[Ticket]):
     epoch: int
-    recent: deque[_Entry] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    recent: deque[_Entry[Ticket]] = field(default_factory=lambda: deque(maxlen=_RECENT))
 
 
 @dataclass(frozen=True, slots=True)
-class Duplicate:
+class Duplicate(Generic[Ticket]):
     base_offset: int
-    ticket: object
+    ticket: Ticket
 
 
-class ProducerStates:
+class ProducerStates(Generic[Ticket]):
     def __init__(self) -> None:
-        self._producers: dict[int, _Producer] = {}
+        self._producers: dict[int, _Producer[Ticket]] = {}
 
-    def check(self, header: BatchHeader) -> Duplicate | None:
+    def check(self, header: BatchHeader) -> Duplicate[Ticket] | None:
         """Raise for a fenced or out-of-order batch; return the original of a duplicate."""
         if header.producer_id < 0 or header.base_sequence < 0:
             return None
@@ -71,7 +74,7 @@ class ProducerStates:
                                  f"expected sequence {expected}, got {header.base_sequence}")
         return None
 
-    def record(self, header: BatchHeader, ticket: object) -> None:
+    def record(self, header: BatchHeader, ticket: Ticket) -> None:
         if header.producer_id < 0 or header.base_sequence < 0:
             return
         state = self._producers.get(header.producer_id)

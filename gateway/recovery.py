@@ -38,7 +38,7 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
         # offsets answer CORRUPT_MESSAGE.
         damage.record(partition_log.prefix, f"offsets {list(view.holes)} are in no readable piece")
     partition_log.apply_view(view, ProducerStates())
-    partition_log.producers = await _producer_states(partition_log)
+    partition_log.restore_producers(await _producer_states(partition_log))
 
 
 async def _producer_states(partition_log: PartitionLog) -> ProducerStates:
@@ -52,7 +52,7 @@ async def _producer_states(partition_log: PartitionLog) -> ProducerStates:
             break
         newest.append(piece)
         scanned += piece.size
-    states = ProducerStates()
+    states: ProducerStates[FlushTicket] = ProducerStates()
     stored = FlushTicket()
     stored.finish()
     recorded_until = 0  # pieces may overlap (an entry compacted but not yet deleted)

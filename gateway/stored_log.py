@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import trio
 
 from kafscale.protocol.log_view import StoredSegment
-from kafscale.protocol.stored_log import MISSING, ListObjects, Read, Reader, ReadRange
+from kafscale.protocol.stored_log import MISSING, ListObjects, Read, Reader, ReadObject, ReadRange
 from kafscale.storage_backends import ObjectNotFound
 
 from .storage import AsyncStore
@@ -50,6 +50,11 @@ async def _perform(store: AsyncStore, step: list[Read], repair: Repair) -> list[
             elif isinstance(request, ReadRange):
                 try:
                     answers[index] = await store.get_range(request.key, request.start, request.end)
+                except ObjectNotFound:
+                    answers[index] = MISSING
+            elif isinstance(request, ReadObject):
+                try:
+                    answers[index] = await store.get(request.key)
                 except ObjectNotFound:
                     answers[index] = MISSING
             else:

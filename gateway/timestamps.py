@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from kafscale.protocol.errors import SegmentFormatError
+from kafscale.protocol import stored_log as reads
+from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.index import SegmentIndex, build_index
 from kafscale.protocol.layout import index_key
 from kafscale.protocol.log_view import Piece, first_record_at
 from kafscale.protocol.records import iter_records
 from kafscale.storage_backends import StorageError
 
+from . import stored_log
 from .partition_log import PartitionLog
 
 __all__ = ["offset_for_timestamp", "max_timestamp_offset", "max_timestamp"]
@@ -31,18 +33,27 @@ async def max_timestamp(partition_log: PartitionLog, piece: Piece) -> int:
             known = index.max_timestamp
         except (StorageError, SegmentFormatError):
             known = build_index((await partition_log.load_piece(piece)).batches).max_timestamp
-        partition_log.segment_max_timestamps[piece.cache_key] = known
+        partition_log.remember_max_timestamp(piece, known)
     return known
 
 
 async def offset_for_timestamp(partition_log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
-    """First (offset, timestamp) whose timestamp is ``>= timestamp``, or ``None``."""
-    low = partition_log.log_start_offset
+    """First (offset, timestamp) whose timestamp is ``>= timestamp``, or ``None``. A segment
+    not in the cache is searched through its sparse index (one span read, not the whole
+    segment); the rest is loaded through the cache."""
+    low, high = partition_log.log_start_offset, partition_log.high_watermark
     for piece in partition_log.pieces_from(low):
         if await max_timestamp(partition_log, piece) < timestamp:
             continue
-        loaded = await partition_log.load_piece(piece)
-        found = first_record_at(loaded.data, loaded.batches, timestamp, low, partition_log.high_watermark)
+        found = reads.LOAD_WHOLE
+        if not partition_log.cached(piece):
+            try:
+                found = await stored_log.read(partition_log.store, reads.first_at_timestamp(piece, timestamp, low, high))
+            except StorageError as exc:
+                raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc
+        if found is reads.LOAD_WHOLE:
+            loaded = await partition_log.load_piece(piece)
+            found = first_record_at(loaded.data, loaded.batches, timestamp, low, high)
         if found is not None:
             return found
     return None

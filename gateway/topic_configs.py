@@ -8,7 +8,7 @@ this module is the one place that says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
@@ -68,7 +68,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
 }
 
 
-def validate_topic_configs(configs: dict[str, str | None]) -> None:
+def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
     for name, value in configs.items():
         spec = TOPIC_CONFIGS.get(name)
         if spec is None:

@@ -22,17 +22,22 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import SegmentFormatError
-from .layout import log_prefix, parse_log_object_key, parse_segment_key
+from .errors import CorruptBatch, SegmentFormatError
+from .index import SegmentIndex
+from .layout import index_key_of_segment, log_prefix, parse_log_object_key, parse_segment_key
 from .log_object import LogEntry, LogObjectDirectory, directory_from_tail, parse_directory, tail_start
-from .log_view import PartitionView, StoredSegment, partition_view
+from .log_view import SEGMENT, PartitionView, Piece, StoredSegment, first_record_at, partition_view
+from .records import split_batches
 from .segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, segment_last
 
 __all__ = [
     "ListObjects",
     "ReadRange",
+    "ReadObject",
     "RepairTorn",
     "MISSING",
+    "LOAD_WHOLE",
+    "first_at_timestamp",
     "Read",
     "Reader",
     "SegmentListing",
@@ -66,6 +71,13 @@ class ReadRange:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadObject:
+    """Answered with the whole object, or :data:`MISSING` if it is gone."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class RepairTorn:
     """Segments without a valid footer, ``(base offset, key)``. Answered with the segments
     written again from their intact batches by the partition's owner, or ``[]`` by a
@@ -81,7 +93,15 @@ class _Missing:
 
 MISSING: Any = _Missing()  # the answer to a read of an object that does not exist (deleted)
 
-Read = ListObjects | ReadRange | RepairTorn
+
+class _LoadWhole:
+    def __repr__(self) -> str:
+        return "LOAD_WHOLE"
+
+
+LOAD_WHOLE: Any = _LoadWhole()  # a reader's result: this needs the whole piece, loaded as the caller loads pieces
+
+Read = ListObjects | ReadRange | ReadObject | RepairTorn
 Reader = Generator[list[Read], list[Any], T]
 
 # Listings of a partition before its holes are taken as real (damaged log objects).
@@ -192,6 +212,47 @@ def read_directory(key: str, size: int) -> Reader[LogObjectDirectory | None]:
         (body,) = yield [ReadRange(key, found, size)]
         return None if body is MISSING else parse_directory(key, body)
     return found
+
+
+def first_at_timestamp(piece: Piece, timestamp: int, low: int, high: int,
+                       *, skip_control: bool = False) -> Reader[tuple[int, int] | None]:
+    """(offset, timestamp) of the piece's first record in ``[low, high)`` whose timestamp is
+    at least ``timestamp`` (ListOffsets, Spark's startingTimestamp), through the segment's
+    sparse index: the index, then only the spans of batches whose greatest timestamp
+    reaches ``timestamp``, one ranged read each, until one holds the record. A piece without
+    a usable index (a log-object entry, a small segment, an index of another size) answers
+    :data:`LOAD_WHOLE`: the caller reads it whole (through its cache)."""
+    if piece.kind != SEGMENT:
+        return LOAD_WHOLE
+    (raw,) = yield [ReadObject(index_key_of_segment(piece.key))]
+    if raw is MISSING:
+        return LOAD_WHOLE
+    try:
+        index = SegmentIndex.decode(raw)
+    except SegmentFormatError:
+        return LOAD_WHOLE  # derived data: the segment itself still answers
+    if index.version < 2 or not index.describes(piece.size) or not index.entries:
+        return LOAD_WHOLE
+    entries = index.entries
+    body_end = piece.size - SEGMENT_FOOTER_SIZE
+    for number, entry in enumerate(entries):
+        span_end = entries[number + 1].position if number + 1 < len(entries) else body_end
+        next_offset = entries[number + 1].offset if number + 1 < len(entries) else piece.last_offset + 1
+        if entry.max_timestamp < timestamp or next_offset <= low or entry.offset >= high:
+            continue
+        if not 0 <= entry.position < span_end <= body_end:
+            return LOAD_WHOLE
+        (span,) = yield [ReadRange(piece.key, entry.position, span_end)]
+        if span is MISSING:
+            return LOAD_WHOLE  # merged away since: the caller finds where its offsets are now
+        try:
+            batches = split_batches(span)
+        except (SegmentFormatError, CorruptBatch):
+            return LOAD_WHOLE  # damaged here: the whole read salvages what it can
+        found = first_record_at(span, batches, timestamp, low, high, skip_control=skip_control)
+        if found is not None:
+            return found
+    return None
 
 
 def gather(readers: Iterable[Reader[T]]) -> Reader[list[T | SegmentFormatError]]:

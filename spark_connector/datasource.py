@@ -25,7 +25,7 @@ class KafscaleBatchReader(DataSourceReader):
         ranges = plan(open_location(self.options), self.options)
         return [KafscaleInputPartition(r, self.options) for r in ranges]
 
-    def read(self, partition: KafscaleInputPartition):
+    def read(self, partition: InputPartition):
         if not isinstance(partition, KafscaleInputPartition):
             return  # nothing planned: Spark still runs one default partition
         store = open_location(partition.options)

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kafscale.protocol import stored_log as reads
 from kafscale.protocol.catalog import TopicInfo, catalog_prefix, decode_catalog, newest_catalog_key
-from kafscale.protocol.errors import SegmentFormatError
-from kafscale.protocol.index import SegmentIndex
-from kafscale.protocol.layout import index_key_of_segment, topics_key
+from kafscale.protocol.layout import topics_key
 from kafscale.protocol.log_view import PartitionView, Piece, first_record_at
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
-from .stored_log import DataLossError, LogEntries, load_piece, snapshot
+from .stored_log import DataLossError, LogEntries, load_piece, read, snapshot
 
 __all__ = ["PartitionRange", "plan", "read_catalog", "pieces_for", "timestamp_for", "offset_for_timestamp"]
 
@@ -114,22 +113,20 @@ def timestamp_for(wanted: int | dict, topic: str, partition: int) -> int | None:
 
 
 def offset_for_timestamp(store: ObjectStore, snap: PartitionView, timestamp: int) -> int | None:
-    """First offset whose record timestamp is >= ``timestamp`` (as ListOffsets answers), using
-    each piece's max timestamp (entries: the directory; segments: the index) to skip pieces."""
+    """First offset whose record timestamp is >= ``timestamp`` (as ListOffsets answers):
+    entries are skipped by their directory's max timestamp; segments are searched through
+    their sparse index (one span read) where they have one, else read whole."""
+    low, high = snap.log_start, snap.high_watermark
     for piece in snap.pieces:
-        max_timestamp = piece.max_timestamp
-        if max_timestamp is None:
-            try:
-                index = SegmentIndex.decode(store.get(index_key_of_segment(piece.key)))
-                max_timestamp = index.max_timestamp if index.describes(piece.size) else None
-            except (ObjectNotFound, SegmentFormatError):
-                max_timestamp = None  # no usable index: look inside the segment
-        if max_timestamp is not None and max_timestamp < timestamp:
+        if piece.max_timestamp is not None and piece.max_timestamp < timestamp:
             continue
-        for data, batches in load_piece(store, piece):
-            found = first_record_at(data, batches, timestamp, snap.log_start, snap.high_watermark, skip_control=True)
-            if found is not None:
-                return found[0]
+        found = read(store, reads.first_at_timestamp(piece, timestamp, low, high, skip_control=True))
+        if found is reads.LOAD_WHOLE:
+            found = next((hit for data, batches in load_piece(store, piece)
+                          if (hit := first_record_at(data, batches, timestamp, low, high, skip_control=True))
+                          is not None), None)
+        if found is not None:
+            return found[0]
     return None
 
 

@@ -15,7 +15,7 @@ from kafscale.protocol.log_object import LogEntry, read_entry
 from kafscale.protocol.log_view import SEGMENT, PartitionView, Piece, entries_by_partition
 from kafscale.protocol.records import BatchHeader
 from kafscale.protocol.segment import read_segment
-from kafscale.protocol.stored_log import MISSING, ListObjects, Read, Reader, ReadRange
+from kafscale.protocol.stored_log import MISSING, ListObjects, Read, Reader, ReadObject, ReadRange
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 __all__ = ["read", "LogEntries", "snapshot", "load_piece", "DataLossError", "CorruptSegmentError"]
@@ -59,6 +59,11 @@ def _perform(store: ObjectStore, request: Read) -> Any:
     if isinstance(request, ReadRange):
         try:
             return store.get_range(request.key, request.start, request.end)
+        except ObjectNotFound:
+            return MISSING
+    if isinstance(request, ReadObject):
+        try:
+            return store.get(request.key)
         except ObjectNotFound:
             return MISSING
     return []  # RepairTorn: only the partition's owner repairs

@@ -143,6 +143,9 @@ LEAVES = {
     "kafscale.gateway.config": set(),
     "kafscale.gateway.storage": set(),
     "kafscale.gateway.damage": set(),
+    "kafscale.gateway.metrics": set(),
+    "kafscale.gateway.budget": set(),
+    "kafscale.gateway.cache": set(),
 }
 
 
@@ -172,3 +175,21 @@ def test_spark_connector_imports_only_protocol_and_storage_backends_of_ours():
             for _, name in _imports(path) if name.startswith(PACKAGE + ".")]
     allowed = (f"{PACKAGE}.protocol", f"{PACKAGE}.storage_backends")
     assert [(path, name) for path, name in ours if not name.startswith(allowed)] == []
+
+
+def test_only_the_partition_log_changes_its_state():
+    """Maintenance computes what changes and the log applies it (under its own lock): no
+    other module assigns to a partition log's attributes or items of them."""
+    found = []
+    for path in sorted((ROOT / "gateway").rglob("*.py")):
+        if path.name == "partition_log.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) \
+                            and part.value.id == "partition_log":
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} sets partition_log.{part.attr}")
+    assert found == []

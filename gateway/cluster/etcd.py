@@ -20,6 +20,7 @@ import base64
 import itertools
 import json
 import ssl
+from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -83,8 +84,8 @@ def _failure(exc: BaseException) -> str:
     """What went wrong reaching etcd: the root cause, since httpx often says only
     ``ConnectError('')`` when TLS failed (a refused client certificate, an unknown CA)."""
     cause = exc
-    while cause.__cause__ is not None or cause.__context__ is not None:
-        cause = cause.__cause__ or cause.__context__
+    while (deeper := cause.__cause__ or cause.__context__) is not None:
+        cause = deeper
     return f"{exc!r}" if cause is exc else f"{type(exc).__name__}: {cause}"
 
 
@@ -163,6 +164,7 @@ class EtcdClient:
             return {}
         if self._token is None:
             await self._authenticate(None)
+        assert self._token is not None  # _authenticate sets it or raises
         return {"Authorization": self._token}
 
     async def _authenticate(self, stale: str | None) -> None:
@@ -171,9 +173,11 @@ class EtcdClient:
             if self._token is not None and self._token != stale:
                 return
             self._token = None
-            answer = await self._post("/v3/auth/authenticate", self._credentials, {})
+            credentials = self._credentials
+            assert credentials is not None  # only called with credentials (see _headers)
+            answer = await self._post("/v3/auth/authenticate", credentials, {})
             if answer.status_code != 200:
-                raise EtcdAuthFailed(f"etcd refused user {self._credentials['name']!r}: {_reason(answer)}")
+                raise EtcdAuthFailed(f"etcd refused user {credentials['name']!r}: {_reason(answer)}")
             self._token = answer.json()["token"]
 
     async def _post(self, path: str, body: dict, headers: dict[str, str]) -> httpx.Response:
@@ -225,7 +229,8 @@ class EtcdClient:
                                          timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as response:
                 if response.status_code != 200:
                     raise EtcdError(f"etcd watch failed with HTTP {response.status_code}")
-                async with aclosing(response.aiter_lines()) as lines:  # closed even when we raise
+                # closed even when we raise (an async generator, though typed as an iterator)
+                async with aclosing(response.aiter_lines()) as lines:  # type: ignore[type-var]
                     async for line in lines:
                         if not line.strip():
                             continue
@@ -252,7 +257,7 @@ class EtcdClient:
         self.writes += 1
         await self._call("/v3/kv/deleterange", {"key": _b64(key.encode())})
 
-    async def txn(self, compare: list[Compare], success: list[dict], failure: list[dict] = ()) -> tuple[bool, list]:
+    async def txn(self, compare: list[Compare], success: list[dict], failure: Sequence[dict] = ()) -> tuple[bool, list]:
         """Atomically: if every guard holds, run ``success``, else ``failure``.
         Returns whether the guards held and the responses of the branch run."""
         self.writes += 1

@@ -20,7 +20,7 @@ import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-from .store import CommittedOffset, GroupStore, LoadedGroups, StoredGroup, slot_of
+from .store import CommittedOffset, GroupStorage, LoadedGroups, StoredGroup, slot_of
 
 __all__ = ["GroupCoordinator", "GroupState", "GroupSettings", "Member", "Group"]
 
@@ -60,7 +60,7 @@ class Member:
     sync_done: trio.Event | None = None
     sync_result: dict | None = None
 
-    def metadata_for(self, protocol: str) -> bytes:
+    def metadata_for(self, protocol: str | None) -> bytes:
         return next((data for name, data in self.protocols if name == protocol), b"")
 
 
@@ -100,16 +100,17 @@ def _now() -> float:
 
 
 class GroupCoordinator:
-    def __init__(self, store: GroupStore, settings: GroupSettings, on_rebalance=None) -> None:
+    def __init__(self, store: GroupStorage, settings: GroupSettings, on_rebalance=None) -> None:
         self._store = store
         self.settings = settings
         self._on_rebalance = on_rebalance or (lambda group_id: None)
         self.groups: dict[str, Group] = {}
         self._nursery: trio.Nursery | None = None
-        # Which groups this gateway coordinates: all of them alone; in a cluster the
-        # groups of the coordinator slots it owns (``None`` = every slot).
+        # Which groups this gateway coordinates: all of them alone; in a cluster (after
+        # use_slots) the groups of the coordinator slots it owns.
         self.slots: int = 1
-        self._owned_slots: set[int] | None = None
+        self._every_slot = True
+        self._owned_slots: set[int] = set()
         self._loading_slots: set[int] = set()
         # Groups whose stored state does not parse: refused (COORDINATOR_NOT_AVAILABLE) rather
         # than started empty, which would reset their consumers and overwrite what is stored.
@@ -136,6 +137,7 @@ class GroupCoordinator:
     def use_slots(self, slots: int) -> None:
         """Cluster mode: coordinate only the groups of slots adopted with :meth:`adopt_slot`."""
         self.slots = slots
+        self._every_slot = False
         self._owned_slots = set()
 
     async def adopt_slot(self, slot: int) -> None:
@@ -150,8 +152,7 @@ class GroupCoordinator:
     def drop_slot(self, slot: int) -> None:
         """Another gateway coordinates ``slot`` now: forget its groups; members waiting on a
         join or sync are told NOT_COORDINATOR and find the new coordinator."""
-        if self._owned_slots is not None:
-            self._owned_slots.discard(slot)
+        self._owned_slots.discard(slot)
         for group_id in [g for g in self.damaged if slot_of(g, self.slots) == slot]:
             del self.damaged[group_id]  # its next coordinator reads it again
         for group in [g for g in self.groups.values() if slot_of(g.group_id, self.slots) == slot]:
@@ -162,13 +163,13 @@ class GroupCoordinator:
             del self.groups[group.group_id]
 
     def owned_slots(self) -> set[int]:
-        return set(range(self.slots)) if self._owned_slots is None else set(self._owned_slots)
+        return set(range(self.slots)) if self._every_slot else set(self._owned_slots)
 
     def check_coordinator(self, group_id: str) -> None:
         if group_id in self.damaged:
             raise KafkaError(ErrorCode.coordinator_not_available,
                              f"the stored state of group {group_id!r} is unreadable: {self.damaged[group_id]}")
-        if self._owned_slots is None:
+        if self._every_slot:
             return
         slot = slot_of(group_id, self.slots)
         if slot in self._loading_slots:
@@ -190,12 +191,16 @@ class GroupCoordinator:
 
     # -- membership -------------------------------------------------------------------------
 
-    def _group(self, group_id: str, create: bool = False) -> Group | None:
+    def _group(self, group_id: str) -> Group | None:
+        """The group, if it exists (and this gateway coordinates it)."""
         self.check_coordinator(group_id)
         group = self.groups.get(group_id)
-        if group is None or group.state == GroupState.DEAD:
-            if not create:
-                return None
+        return None if group is None or group.state == GroupState.DEAD else group
+
+    def _group_or_new(self, group_id: str) -> Group:
+        """The group, created empty if it does not exist."""
+        group = self._group(group_id)
+        if group is None:
             group = self.groups[group_id] = Group(group_id)
         return group
 
@@ -214,7 +219,7 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         if not protocols:
             raise KafkaError(ErrorCode.inconsistent_group_protocol, "no protocols offered")
-        group = self._group(group_id, create=True)
+        group = self._group_or_new(group_id)
         if group.members:
             supported = group.supported_protocols() or set()
             if protocol_type != group.protocol_type or not supported & {name for name, _ in protocols}:
@@ -280,6 +285,7 @@ class GroupCoordinator:
     async def _rejoin_static(self, group: Group, old: Member, new_id: str, protocols, session_timeout_ms,
                              rebalance_timeout_ms, supports_skip_assignment) -> dict:
         """KIP-345: a static member restarting takes its old place without a rebalance."""
+        assert old.group_instance_id is not None  # found through group.static
         del group.members[old.member_id]
         old.member_id = new_id
         group.members[new_id] = old
@@ -302,6 +308,7 @@ class GroupCoordinator:
             self._prepare_rebalance(group, f"static member {old.group_instance_id} rejoined")
         old.join_done = trio.Event()
         await old.join_done.wait()
+        assert old.join_result is not None  # set by whoever completed the join
         return old.join_result
 
     def _join_result(self, group: Group, member: Member, *, with_members: bool) -> dict:
@@ -401,10 +408,15 @@ class GroupCoordinator:
                                           protocol_name=group.protocol_name)
                 member.sync_done.set()
 
-    def _check_member(self, group: Group | None, member_id: str, generation: int,
-                      group_instance_id: str | None = None) -> Member:
+    def _member_of(self, group_id: str, member_id: str, generation: int,
+                   group_instance_id: str | None = None) -> tuple[Group, Member]:
+        group = self._group(group_id)
         if group is None:
             raise KafkaError(ErrorCode.unknown_member_id, "unknown group")
+        return group, self._check_member(group, member_id, generation, group_instance_id)
+
+    def _check_member(self, group: Group, member_id: str, generation: int,
+                      group_instance_id: str | None = None) -> Member:
         member = group.members.get(member_id)
         if member is None:
             if group_instance_id is not None and group_instance_id in group.static:
@@ -418,8 +430,7 @@ class GroupCoordinator:
     async def sync(self, *, group_id: str, member_id: str, generation: int, group_instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None,
                    assignments: dict[str, bytes]) -> dict:
-        group = self._group(group_id)
-        member = self._check_member(group, member_id, generation, group_instance_id)
+        group, member = self._member_of(group_id, member_id, generation, group_instance_id)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
             raise KafkaError(ErrorCode.inconsistent_group_protocol, "protocol does not match the group's")
@@ -440,6 +451,7 @@ class GroupCoordinator:
                     each.sync_result = self._sync_result(group, each)
                     each.sync_done.set()
         await member.sync_done.wait()
+        assert member.sync_result is not None  # set by the leader's sync, or by the rebalance that ended it
         return member.sync_result
 
     def _sync_result(self, group: Group, member: Member) -> dict:
@@ -457,19 +469,19 @@ class GroupCoordinator:
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[tuple[str, str | None, ErrorCode]]:
         group = self._group(group_id)
-        results = []
+        results: list[tuple[str, str | None, ErrorCode]] = []
+        if group is None:
+            return [(member_id, instance_id, ErrorCode.unknown_member_id) for member_id, instance_id in leaving]
         removed = False
         for member_id, instance_id in leaving:
-            member = None
-            if group is not None:
-                if instance_id is not None:
-                    known = group.static.get(instance_id)
-                    if known is not None and member_id and known != member_id:
-                        results.append((member_id, instance_id, ErrorCode.fenced_instance_id))
-                        continue
-                    member = group.members.get(known) if known else None
-                else:
-                    member = group.members.get(member_id)
+            if instance_id is not None:
+                known = group.static.get(instance_id)
+                if known is not None and member_id and known != member_id:
+                    results.append((member_id, instance_id, ErrorCode.fenced_instance_id))
+                    continue
+                member = group.members.get(known) if known else None
+            else:
+                member = group.members.get(member_id)
             if member is None:
                 results.append((member_id, instance_id, ErrorCode.unknown_member_id))
                 continue
@@ -511,7 +523,7 @@ class GroupCoordinator:
     def check_commit(self, group_id: str, member_id: str, generation: int, group_instance_id: str | None) -> Group:
         """Kafka's rules: a commit with generation -1 and no member is a standalone commit,
         allowed while the group has no members; otherwise the member and generation must match."""
-        group = self._group(group_id, create=True)
+        group = self._group_or_new(group_id)
         if generation < 0 and not member_id:
             if group.members:
                 raise KafkaError(ErrorCode.unknown_member_id, "the group has active members")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kafscale.protocol.layout import META_PREFIX
 
 from ..storage import AsyncStore
 
-__all__ = ["GroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of"]
+__all__ = ["GroupStorage", "GroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of"]
 
 
 def slot_of(group_id: str, slots: int) -> int:
@@ -88,7 +89,18 @@ def parse_groups(documents: list[tuple[str, bytes]]) -> LoadedGroups:
     return loaded
 
 
+class GroupStorage(Protocol):
+    """Where a coordinator keeps its groups' committed state: the store alone, etcd in a cluster."""
+
+    async def load_all(self) -> LoadedGroups: ...
+    async def load_slot(self, slot: int, slots: int) -> LoadedGroups: ...
+    async def save(self, group: StoredGroup) -> None: ...
+    async def delete(self, group_id: str) -> None: ...
+
+
 class GroupStore:
+    """A lone gateway's groups: one object each in its store."""
+
     def __init__(self, store: AsyncStore, namespace: str) -> None:
         self._store = store
         self._prefix = f"{namespace}/{META_PREFIX}/groups/"

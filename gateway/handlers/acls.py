@@ -45,7 +45,8 @@ def _create_error(request: Request, code: ErrorCode):
 async def handle_create_acls(ctx, request: Request):
     if not ctx.access.allowed_cluster(Operation.ALTER):
         return _create_error(request, ErrorCode.cluster_authorization_failed)
-    results, valid = [], []
+    results: list[dict] = []
+    valid: list[AclBinding] = []
     for item in request.body.creations:
         try:
             valid.append(_binding(item).validate())
@@ -91,7 +92,8 @@ async def handle_delete_acls(ctx, request: Request):
     if not ctx.access.allowed_cluster(Operation.ALTER):
         return _delete_error(request, ErrorCode.cluster_authorization_failed)
     current = list(ctx.access.store.acls.values())
-    results, doomed = [], {}
+    results: list[dict] = []
+    doomed: dict[AclBinding, None] = {}  # an ordered set
     for item in request.body.filters:
         try:
             wanted = _filter(item).validate()

@@ -83,6 +83,7 @@ async def handle_alter_user_scram_credentials(ctx, request: Request):
             errors[item.name] = (ErrorCode.unacceptable_credential, f"salt longer than {MAX_SALT_BYTES} bytes")
         else:
             mechanism = mechanism_name(item.mechanism)
+            assert mechanism is not None  # unknown mechanisms were refused above
             upserts[item.name].append(credential_from_salted(mechanism, item.salted_password, item.salt,
                                                              item.iterations))
     for item in body.deletions:

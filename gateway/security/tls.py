@@ -48,13 +48,13 @@ class TlsContext:
         return [path for path in (self._certfile, self._keyfile, self._cafile) if path]
 
     def _files_stamp(self) -> tuple:
-        stamp = []
+        stamp: list[tuple[str, int | None, int | None, int | None]] = []
         for path in self._files():
             try:
                 info = os.stat(path)
                 stamp.append((path, info.st_mtime_ns, info.st_size, info.st_ino))
             except OSError:
-                stamp.append((path, None))
+                stamp.append((path, None, None, None))
         return tuple(stamp)
 
     def _build(self) -> ssl.SSLContext:

@@ -548,3 +548,36 @@ async def test_appends_accepted_under_a_lost_epoch_are_never_written(nursery):
     reader = await Node(store, node_id=2).start(nursery)
     data = await (await reader.open(0)).read(0, 1 << 20)
     assert _values(data) == [b"v%d" % i for i in range(6)]  # b's data at offsets 3-5, none of a's
+
+
+async def test_offset_for_timestamp_reads_one_index_span_not_the_segment(store, nursery, monkeypatch):
+    """Issue 21: ListOffsets by timestamp uses the sparse index's offset entries, so a large
+    segment is not read whole (the gateway used to load it, then look inside)."""
+    from kafscale.gateway import compaction
+    from kafscale.gateway.compaction import Compactor
+
+    monkeypatch.setattr(compaction, "INDEX_MIN_BYTES", 0)  # index every segment (8 MiB and up in production)
+    node = await Node(store, settings=replace(SETTINGS, segment_bytes=1 << 20, index_interval=20)).start(nursery)
+    log = await node.open()
+    for i in range(50):
+        _, ticket = log.append(*_record_set(n=20, start=i * 20, ts=10_000 + i * 20))
+        await ticket.wait()
+    await Compactor(_Manager(store, node, [log])).pass_once(everything=True)
+    segment = next(p for p in log.pieces if p.kind == "segment")
+
+    reads: list[tuple[str, int]] = []
+    get_range = store.get_range
+
+    async def counted_get_range(key, start, end):
+        reads.append((key, end - start))
+        return await get_range(key, start, end)
+
+    monkeypatch.setattr(store, "get_range", counted_get_range)
+    # A restart, rebuilding no producer state (which would read the newest segment whole):
+    # nothing of the segment is in the cache.
+    again = await Node(store, settings=replace(SETTINGS, producer_scan_bytes=0)).start(nursery)
+    fresh = await again.open()
+    reads.clear()
+    assert await offset_for_timestamp(fresh, 10_000 + 777) == (777, 10_777)
+    read_of_segment = sum(size for key, size in reads if key == segment.key)
+    assert 0 < read_of_segment <= segment.size // 10  # one span of ~20 records out of 1,000

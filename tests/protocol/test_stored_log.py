@@ -54,6 +54,8 @@ class Drive:
         if isinstance(read, reads.ReadRange):
             data = self.objects.get(read.key)
             return reads.MISSING if data is None else data[read.start:read.end]
+        if isinstance(read, reads.ReadObject):
+            return self.objects.get(read.key, reads.MISSING)
         return []  # RepairTorn: a reader that only skips
 
 
@@ -160,3 +162,59 @@ def test_gathered_directories_equal_each_one_read_alone(sizes, torn):
 def test_a_directory_of_an_object_deleted_meanwhile_is_none():
     data, _ = _log_object(0, 0, 3)
     assert Drive({}).run(reads.read_directory(log_object_key("ns", "0-ab", 0), len(data))) is None
+
+
+def _timed_segment(timestamps, per_batch, interval):
+    """A segment of batches of ``per_batch`` records with these timestamps, and its index."""
+    from kafscale.protocol.index import build_index
+    from kafscale.protocol.records import Record
+
+    builder = SegmentBuilder(0)
+    for first in range(0, len(timestamps), per_batch):
+        chunk = timestamps[first:first + per_batch]
+        buffer = bytearray(build_batch([Record(i, stamp, None, b"v") for i, stamp in enumerate(chunk)]))
+        builder.append(buffer, restamp(buffer, split_batches(buffer), builder.next_offset))
+    data = bytes(builder.seal(1))
+    return data, build_index(builder.batches, interval, len(data))
+
+
+def _scan(data, timestamp, low, high):
+    from kafscale.protocol.log_view import first_record_at
+    from kafscale.protocol.segment import read_segment
+
+    segment = read_segment(data)
+    return first_record_at(segment.data, segment.batches, timestamp, low, high)
+
+
+@settings(max_examples=60, deadline=None)
+@given(timestamps=st.lists(st.integers(0, 1000), min_size=1, max_size=60), per_batch=st.integers(1, 5),
+       interval=st.integers(1, 12), target=st.integers(-5, 1005), low=st.integers(0, 30))
+def test_the_sparse_index_finds_what_a_whole_scan_finds_reading_only_spans(timestamps, per_batch, interval,
+                                                                            target, low):
+    from kafscale.protocol.layout import index_key_of_segment
+    from kafscale.protocol.log_view import SEGMENT, Piece
+
+    data, index = _timed_segment(timestamps, per_batch, interval)
+    key = segment_key("ns", "t", 0, 0)
+    objects = {key: data, index_key_of_segment(key): index.encode()}
+    piece = Piece(SEGMENT, key, 0, len(timestamps) - 1, len(data))
+    high = len(timestamps)
+    drive = Drive(objects)
+    assert drive.run(reads.first_at_timestamp(piece, target, low, high)) == _scan(data, target, low, high)
+    spans = [read for step in drive.steps for read in step if isinstance(read, reads.ReadRange)]
+    assert all(read.end - read.start < len(data) for read in spans)  # never the whole segment
+
+
+def test_a_segment_without_a_usable_index_is_read_whole_by_the_caller():
+    from kafscale.protocol.layout import index_key_of_segment
+    from kafscale.protocol.log_view import SEGMENT, Piece
+
+    data, index = _timed_segment([5, 6, 7], 1, 1)
+    key = segment_key("ns", "t", 0, 0)
+    piece = Piece(SEGMENT, key, 0, 2, len(data))
+    assert Drive({key: data}).run(reads.first_at_timestamp(piece, 6, 0, 3)) is reads.LOAD_WHOLE
+    stale = _timed_segment([5, 6], 1, 1)[1]  # the index of the segment before a merge grew it
+    objects = {key: data, index_key_of_segment(key): stale.encode()}
+    assert Drive(objects).run(reads.first_at_timestamp(piece, 6, 0, 3)) is reads.LOAD_WHOLE
+    objects[index_key_of_segment(key)] = index.encode()
+    assert Drive(objects).run(reads.first_at_timestamp(piece, 6, 0, 3)) == (1, 6)
