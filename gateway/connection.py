@@ -19,11 +19,10 @@ arriving (an announced size alone costs nothing), to a pool of their own
 (``unauthenticated_inflight_bytes``): clients that never log in cannot take the
 memory authenticated ones use.
 
-Authentication: on a SASL listener only ApiVersions, SaslHandshake and
-SaslAuthenticate are read until the session is authenticated, and a session past
-its lifetime (KIP-368) may only re-authenticate; anything else closes the
-connection, as Kafka does. A failed authentication is answered, then the
-connection closes.
+What each frame means (the authentication gate, the ApiVersions fallback, raw
+SASL tokens) is decided sans-io by :class:`~.wire.KafkaWire`; this module does the
+trio part: sockets, tasks, budgets, deadlines. A failed authentication is
+answered, then the connection closes.
 """
 
 from __future__ import annotations
@@ -35,17 +34,15 @@ import time
 
 import trio
 
-from kafscale.protocol.api_versions import ApiKey
-from kafscale.protocol.errors import ErrorCode, KafkaError, MalformedFrame, ProtocolError, UnsupportedVersion
-from kafscale.protocol.framing import FrameDecoder
-from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request, encode_response
 from kafscale.storage_backends import StorageError
 
 from .budget import ByteBudget, RequestMemory
 from .context import GatewayContext, RequestContext
-from .handlers import REGISTRY, Handler
-from .handlers.api_versions import unsupported_version_response
+from .handlers import Handler
 from .security.access import Session
+from .wire import Answer, KafkaWire, RawToken, Violation
 
 __all__ = ["Connection"]
 
@@ -54,8 +51,6 @@ log = logging.getLogger("kafscale.connection")
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 _SEND_CHUNK = 1 << 20  # a response goes out in pieces, each under the stall timeout
 _SIZE = struct.Struct(">i")
-_AUTH_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-_BEFORE_AUTH_APIS = _AUTH_APIS | {ApiKey.API_VERSIONS}
 
 
 class _Slot:
@@ -127,18 +122,16 @@ class Connection:
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
-        decoder = FrameDecoder(config.max_frame_bytes)
+        wire = KafkaWire(self.session, config.max_frame_bytes, config.sasl_max_receive_bytes)
         stall = config.connection_stall_ms / 1000
         reserved = 0  # budget taken for the frame being assembled
         request_deadline: float | None = None  # when the started request must be complete
         while True:
             authenticated = self.session.authenticated
             account = self.account if authenticated else self.unauthenticated_account
-            decoder.max_frame_size = config.max_frame_bytes if authenticated else config.sasl_max_receive_bytes
-            try:
-                frame = decoder.next_frame()
-            except ProtocolError as exc:
-                self._violation(exc)
+            frame = wire.next_frame()
+            if isinstance(frame, Violation):
+                self._violation(frame.reason)
                 return
             if frame is None:
                 # Reserve the whole frame before buffering its body: unfinished frames count
@@ -146,55 +139,39 @@ class Connection:
                 # would let waiting connections hold all of it, none able to finish). Before
                 # authentication only once the body starts arriving: an announced size alone
                 # costs nothing. Time spent waiting for memory is ours, not the client's.
-                if (decoder.pending_size is not None and not reserved
-                        and (authenticated or decoder.buffered)):
-                    reserved = await account.acquire(decoder.pending_size)
+                if wire.pending_size is not None and not reserved and (authenticated or wire.buffered):
+                    reserved = await account.acquire(wire.pending_size)
                     request_deadline = None
-                if request_deadline is None and (decoder.buffered or decoder.pending_size is not None):
+                if request_deadline is None and (wire.buffered or wire.pending_size is not None):
                     request_deadline = trio.current_time() + stall
                 data = await self._receive(request_deadline)
                 if not data:
                     return
                 self._ack_now()
-                decoder.feed(data)
+                wire.receive_data(data)
                 continue
             request_deadline = None
             if not reserved:
                 reserved = await account.acquire(len(frame))
             slot = _Slot(RequestMemory(account, reserved))
             reserved = 0
-            if self.session.raw_tokens:
-                await self._raw_token(frame, slot, send_slots)
+            event = wire.event_for(frame, trio.current_time())
+            del frame
+            if isinstance(event, Violation):
+                self._violation(event.reason)
+                return
+            if isinstance(event, RawToken):
+                await self._raw_token(event.token, slot, send_slots)
                 if self.session.closing:
                     return
                 continue
-            try:
-                request = decode_request(frame)
-            except UnsupportedVersion as exc:
-                if exc.api_key == ApiKey.API_VERSIONS:
-                    # Answer in v0 so the client can retry at a version we serve.
-                    header = peek_header(frame)
-                    slot.payload = encode_response(RequestHeader(18, 0, header.correlation_id),
-                                                   unsupported_version_response(exc.api_version))
-                    slot.done.set()
-                    await self._queue(send_slots, slot)
-                    continue
-                self._violation(exc)
-                return
-            except MalformedFrame as exc:
-                self._violation(exc)
-                return
-            del frame
-            handler = REGISTRY.get(request.header.api_key)
-            if handler is None:
-                self._violation(UnsupportedVersion(request.header.api_key, request.header.api_version))
-                return
-            refusal = self._refusal(request.header.api_key)
-            if refusal:
-                self._violation(ProtocolError(refusal))
-                return
+            if isinstance(event, Answer):
+                slot.payload = event.payload
+                slot.done.set()
+                await self._queue(send_slots, slot)
+                continue
             await self._queue(send_slots, slot)
-            await nursery.start(self._handle, handler, request, slot)
+            await nursery.start(self._handle, event.handler, event.request, slot)
             if self.session.closing:
                 return  # answered (authentication failed); read nothing more
 
@@ -212,15 +189,6 @@ class Connection:
         slot.memory.settle(len(slot.payload))
         slot.done.set()
         await self._queue(send_slots, slot)
-
-    def _refusal(self, api_key: int) -> str | None:
-        """Why this request may not be served on this connection now, if it may not."""
-        session = self.session
-        if not session.authenticated and api_key not in _BEFORE_AUTH_APIS:
-            return f"{ApiKey(api_key).name} before SASL authentication"
-        if session.expired() and api_key not in _AUTH_APIS:
-            return "SASL session expired without re-authentication (connections_max_reauth_ms)"
-        return None
 
     async def _queue(self, send_slots, slot: _Slot) -> None:
         self.unanswered += 1

@@ -57,8 +57,9 @@ class Session:
     def start(cls, listener: Listener, host: str) -> Session:
         return cls(listener, host, authenticated=not listener.sasl)
 
-    def expired(self) -> bool:
-        return self.expires_at is not None and trio.current_time() >= self.expires_at
+    def expired(self, now: float) -> bool:
+        """Whether the SASL session's lifetime ended by ``now`` (trio time)."""
+        return self.expires_at is not None and now >= self.expires_at
 
 
 def load_plain_users(path: str) -> dict[str, str]:

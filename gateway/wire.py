@@ -1,0 +1,127 @@
+"""The Kafka server side of one connection, sans-io: bytes in, events out.
+
+What a connection may read next is decided here, without sockets, tasks or
+budgets (:mod:`.connection` does those): frames are cut with the size cap of the
+session's state (``sasl_max_receive_bytes`` before authentication), decoded into
+requests, and each is either dispatched to its handler or refused:
+
+- on a SASL listener only ApiVersions, SaslHandshake and SaslAuthenticate before
+  authentication, and only the SASL APIs once a session has expired (KIP-368);
+  anything else is a violation that closes the connection, as in Kafka;
+- an ApiVersions request at a version this gateway does not serve is answered in v0
+  with UNSUPPORTED_VERSION and the served table, so the client retries at one it
+  serves; any other unknown API or version is a violation (no answer can be encoded);
+- after SaslHandshake v0 the next frame is a bare SASL token, not a request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import MalformedFrame, ProtocolError, UnsupportedVersion
+from kafscale.protocol.framing import FrameDecoder
+from kafscale.protocol.messages import Request, RequestHeader, decode_request, encode_response, peek_header
+
+from .handlers import REGISTRY, Handler
+from .handlers.api_versions import unsupported_version_response
+from .security.access import Session
+
+__all__ = ["KafkaWire", "Dispatch", "RawToken", "Answer", "Violation", "WireEvent"]
+
+_AUTH_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_BEFORE_AUTH_APIS = _AUTH_APIS | {ApiKey.API_VERSIONS}
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """A request to run: its handler and the decoded request."""
+
+    handler: Handler
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class RawToken:
+    """A bare SASL token (after SaslHandshake v0)."""
+
+    token: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A response decided here, sent in order with the others."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """The client broke the protocol: close the connection (``reason`` is logged)."""
+
+    reason: ProtocolError | UnsupportedVersion
+
+
+WireEvent = Dispatch | RawToken | Answer | Violation
+
+
+class KafkaWire:
+    def __init__(self, session: Session, max_frame_bytes: int, max_unauthenticated_frame_bytes: int) -> None:
+        self.session = session
+        self._max_frame = max_frame_bytes
+        self._max_unauthenticated_frame = max_unauthenticated_frame_bytes
+        self._decoder = FrameDecoder(max_frame_bytes)
+
+    def receive_data(self, data: bytes) -> None:
+        self._decoder.feed(data)
+
+    @property
+    def pending_size(self) -> int | None:
+        """The announced size of the frame being received, once its size prefix is in."""
+        return self._decoder.pending_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet cut into a frame."""
+        return self._decoder.buffered
+
+    def next_frame(self) -> bytes | Violation | None:
+        """The next complete frame, a violation (too large, negative size), or ``None`` until
+        more bytes arrive. The caller holds memory for it, then asks :meth:`event_for`."""
+        self._decoder.max_frame_size = self._max_frame if self.session.authenticated else self._max_unauthenticated_frame
+        try:
+            return self._decoder.next_frame()
+        except ProtocolError as exc:
+            return Violation(exc)
+
+    def event_for(self, frame: bytes, now: float) -> WireEvent:
+        """What a complete frame means on this connection at ``now`` (trio time)."""
+        if self.session.raw_tokens:
+            return RawToken(frame)
+        try:
+            request = decode_request(frame)
+        except UnsupportedVersion as exc:
+            if exc.api_key != ApiKey.API_VERSIONS:
+                return Violation(exc)
+            # Answer in v0 so the client can retry at a version we serve.
+            header = peek_header(frame)
+            return Answer(encode_response(RequestHeader(18, 0, header.correlation_id),
+                                          unsupported_version_response(exc.api_version)))
+        except MalformedFrame as exc:
+            return Violation(exc)
+        handler = REGISTRY.get(request.header.api_key)
+        if handler is None:
+            return Violation(UnsupportedVersion(request.header.api_key, request.header.api_version))
+        refusal = self._refusal(request.header.api_key, now)
+        if refusal:
+            return Violation(ProtocolError(refusal))
+        return Dispatch(handler, request)
+
+    def _refusal(self, api_key: int, now: float) -> str | None:
+        """Why this request may not be served on this connection now, if it may not."""
+        session = self.session
+        if not session.authenticated and api_key not in _BEFORE_AUTH_APIS:
+            return f"{ApiKey(api_key).name} before SASL authentication"
+        if session.expired(now) and api_key not in _AUTH_APIS:
+            return "SASL session expired without re-authentication (connections_max_reauth_ms)"
+        return None
