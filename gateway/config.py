@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
+from kafscale.storage_backends import S3Options
+
 __all__ = ["GatewayConfig", "ConfigError", "Listener", "load_config", "build_parser", "SECURITY_PROTOCOLS",
            "SASL_MECHANISMS"]
 
@@ -210,6 +212,15 @@ class GatewayConfig:
     # Logs
     log_level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     log_format: str = _opt("text", "log line format", choices=("text", "json"))
+
+    @property
+    def s3_options(self) -> S3Options:
+        """The S3 settings as the storage adapters take them (Spark's reader builds the same type
+        from its options)."""
+        return S3Options(endpoint=self.s3_endpoint or None, region=self.s3_region or None,
+                         access_key_id=self.s3_access_key_id or None,
+                         secret_access_key=self.s3_secret_access_key or None, path_style=self.s3_path_style,
+                         allow_http=self.s3_allow_http, timeout_ms=self.s3_timeout_ms, retries=self.s3_retries)
 
     @property
     def on_s3(self) -> bool:

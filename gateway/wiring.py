@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import trio
 
-from kafscale.storage_backends import ObjectStore, S3Options, StorageError, open_store
+from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
 from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError, tls_context
@@ -59,12 +59,7 @@ class Mode(enum.Enum):
 async def open_storage(config: GatewayConfig) -> tuple[ObjectStore, AsyncStore]:
     """The configured store, checked to be usable."""
     try:
-        backend = open_store(config.storage, fsync=config.fsync, s3=S3Options(
-            endpoint=config.s3_endpoint or None, region=config.s3_region or None,
-            access_key_id=config.s3_access_key_id or None,
-            secret_access_key=config.s3_secret_access_key or None, path_style=config.s3_path_style,
-            allow_http=config.s3_allow_http, timeout_ms=config.s3_timeout_ms, retries=config.s3_retries,
-        ))
+        backend = open_store(config.storage, fsync=config.fsync, s3=config.s3_options)
         await trio.to_thread.run_sync(backend.check)
     except (ValueError, OSError, StorageError) as exc:
         raise StartupError(f"cannot use storage {config.storage!r}: {exc}") from exc
