@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -27,7 +29,7 @@ from .retention import delete_before_log_start, enforce_retention
 from .storage import AsyncStore
 from .topic_configs import int_config
 
-__all__ = ["LogManager", "validate_topic_name"]
+__all__ = ["LogManager", "SharedLog", "shared_log", "validate_topic_name"]
 
 log = logging.getLogger("kafscale.logs")
 
@@ -41,6 +43,31 @@ def validate_topic_name(name: str | None) -> None:
         raise KafkaError(ErrorCode.invalid_topic_exception, f"invalid topic name {name!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class SharedLog:
+    """One gateway run's shared-log machinery: the log objects it knows, its writer, and the
+    fencer that seals other writers; wired the same way for the server and its tests."""
+
+    damage: DamageReport
+    objects: LogObjects
+    writer: LogWriter
+    fencer: Fencer
+
+
+def shared_log(store: AsyncStore, namespace: str, node_id: int, linger_ms: int, flush_bytes: int, *,
+               clustered: bool, live_nodes: Callable[[], set[int]],
+               on_new_writer: Callable[[], None] = lambda: None) -> SharedLog:
+    """``clustered``: other gateways share the store (their writers are live; a writer of this
+    node sealed whole goes on as a new one). Alone, every other writer is an earlier run of
+    this gateway, and a run sealed whole by a newer one stops writing."""
+    damage = DamageReport()
+    objects = LogObjects(store, namespace, damage)
+    writer = LogWriter(store, namespace, node_id, objects, linger_ms, flush_bytes, clustered=clustered,
+                       on_new_writer=on_new_writer)
+    fencer = Fencer(store, namespace, objects, lambda: writer.writer_id, live_nodes, damage, clustered=clustered)
+    return SharedLog(damage, objects, writer, fencer)
+
+
 class LogManager:
     def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore,
                  ownership: Ownership) -> None:
@@ -50,14 +77,12 @@ class LogManager:
         self.ownership = ownership
         self.clustered = ownership.clustered
         self.cache: ByteLRU = ByteLRU(config.cache_bytes)
-        self.damage = DamageReport()
-        self.objects = LogObjects(store, config.namespace, self.damage)
-        self.writer = LogWriter(store, config.namespace, config.node_id, self.objects,
-                                config.flush_linger_ms, config.flush_max_bytes,
-                                clustered=self.clustered, on_new_writer=self._fence_loaded)
-        self.fencer = Fencer(store, config.namespace, self.objects, lambda: self.writer.writer_id,
-                             lambda: {broker.node_id for broker in self.ownership.brokers()}, self.damage,
-                             clustered=self.clustered)
+        machinery = shared_log(store, config.namespace, config.node_id, config.flush_linger_ms,
+                               config.flush_max_bytes, clustered=self.clustered,
+                               live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
+                               on_new_writer=self._fence_loaded)
+        self.damage, self.objects = machinery.damage, machinery.objects
+        self.writer, self.fencer = machinery.writer, machinery.fencer
         self.compactor = Compactor(self, time_share=config.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}

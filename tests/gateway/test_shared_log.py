@@ -10,10 +10,7 @@ import trio
 
 from kafscale.gateway.cache import ByteLRU
 from kafscale.gateway.compaction import Compactor, compact
-from kafscale.gateway.damage import DamageReport
-from kafscale.gateway.fencing import Fencer
-from kafscale.gateway.log_objects import LogObjects
-from kafscale.gateway.log_writer import LogWriter
+from kafscale.gateway.logs import shared_log
 from kafscale.gateway.ownership import SoleGateway
 from kafscale.gateway.partition_log import LogSettings, PartitionLog
 from kafscale.gateway.recovery import recover
@@ -48,11 +45,10 @@ class Node:
 
     def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True):
         self.store = store
-        self.damage = DamageReport()
-        self.objects = LogObjects(store, "ns", self.damage)
-        self.writer = LogWriter(store, "ns", node_id, self.objects, linger_ms, 1 << 20, clustered=not alone)
-        self.fencer = Fencer(store, "ns", self.objects, lambda: self.writer.writer_id, lambda: {0, 1},
-                             self.damage, clustered=not alone)
+        machinery = shared_log(store, "ns", node_id, linger_ms, 1 << 20, clustered=not alone,
+                               live_nodes=lambda: {0, 1})  # wired as the log manager wires it
+        self.damage, self.objects = machinery.damage, machinery.objects
+        self.writer, self.fencer = machinery.writer, machinery.fencer
         self.settings = settings
         self.epochs = {}  # (topic, partition) -> the epoch this node owns it under
 
