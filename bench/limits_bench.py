@@ -47,7 +47,7 @@ async def _metadata_cost() -> list[list]:
     async with trio.open_nursery() as nursery:
         shutdown = trio.Event()
         running = await nursery.start(serve, config(), shutdown)
-        for index in range(running.context.config.max_partitions // 10_000):
+        for index in range(running.context.config.topics.max_partitions // 10_000):
             await running.context.logs.create_topic(f"t{index}", 10_000)
         client = await Client.connect(running.port)
         request = build(request_class(3, 12), dict(

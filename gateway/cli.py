@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kafscale-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    setup_logging(config.log_level, config.log_format)
+    setup_logging(config.logging.log_level, config.logging.log_format)
     return_large_buffers()
     try:
         trio.run(_run, config)

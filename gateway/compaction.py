@@ -222,7 +222,7 @@ class Compactor:
         """Delete this node's log objects whose every entry is settled; load the partitions
         this gateway owns that still have entries to compact (after a restart)."""
         objects = self.logs.objects
-        node = self.logs.config.node_id
+        node = self.logs.config.network.node_id
         own = self.logs.writer.writer_id
         ownership = self.logs.ownership
         live = {broker.node_id for broker in ownership.brokers()}
@@ -278,7 +278,7 @@ class Compactor:
         if partition_log is not None:
             return entry.last_offset < max(partition_log.compacted_end, partition_log.log_start_offset)
         if unit not in held:  # another gateway's partition: what its segments hold
-            prefix = partition_prefix(self.logs.config.namespace, *unit)
+            prefix = partition_prefix(self.logs.config.storage.namespace, *unit)
             held[unit] = (partition_view((await list_segments(self.logs.store, prefix)).segments, ()),
                           info.log_start.get(entry.partition, 0))
         view, log_start = held[unit]

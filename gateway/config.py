@@ -6,13 +6,14 @@ import argparse
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any
 
 from kafscale.storage_backends import S3Options
 
 __all__ = ["GatewayConfig", "ConfigError", "Listener", "load_config", "build_parser", "SECURITY_PROTOCOLS",
-           "SASL_MECHANISMS"]
+           "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
+           "ClusterConfig", "LogConfig", "TopicsConfig", "GroupsConfig", "LimitsConfig", "LoggingConfig"]
 
 
 class ConfigError(ValueError):
@@ -61,8 +62,9 @@ def _endpoints(text: str, option: str) -> list[tuple[str, str, int]]:
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayConfig:
-    # Network
+class NetworkConfig:
+    """Where the gateway listens and what it tells clients."""
+
     host: str = _opt("127.0.0.1", "address to listen on for Kafka clients")
     port: int = _opt(9092, "Kafka listener port", minimum=0)
     advertised_host: str = _opt("", "host clients are told to connect to (default: --host)")
@@ -81,7 +83,49 @@ class GatewayConfig:
     node_id: int = _opt(0, "broker id this gateway reports in Metadata", minimum=0)
     cluster_id: str = _opt("kafscale", "cluster id reported in Metadata")
 
-    # TLS (SSL and SASL_SSL listeners; see docs/operations.md, "Security")
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """Where clients are sent for the first listener."""
+        first = self.kafka_listeners[0]
+        return (self.advertised_host or first.host, self.advertised_port or first.port)
+
+    @property
+    def kafka_listeners(self) -> tuple[Listener, ...]:
+        if not self.listeners:
+            return (Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
+        mapping = self.protocol_map()
+        listeners = []
+        for name, host, port in _endpoints(self.listeners, "listeners"):
+            protocol = mapping.get(name, name)
+            if protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listeners: {name} is neither a security protocol nor in "
+                                  "listener_security_protocol_map")
+            listeners.append(Listener(name, protocol, host, port))
+        if not listeners:
+            raise ConfigError("listeners: no listener given")
+        return tuple(listeners)
+
+    def protocol_map(self) -> dict[str, str]:
+        mapping = {}
+        for pair in filter(None, (p.strip() for p in self.listener_security_protocol_map.split(","))):
+            name, sep, protocol = pair.partition(":")
+            if not sep or protocol.upper() not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listener_security_protocol_map: {pair!r} is not NAME:PROTOCOL "
+                                  f"(PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)})")
+            mapping[name.strip().upper()] = protocol.upper()
+        return mapping
+
+    @property
+    def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> advertised (host, port) named by advertised_listeners."""
+        return {name: (host, port) for name, host, port in _endpoints(self.advertised_listeners,
+                                                                        "advertised_listeners")}
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS for SSL and SASL_SSL listeners and the HTTP endpoint (docs/operations.md, "Security")."""
+
     ssl_certfile: str = _opt("", "PEM file with the gateway's certificate chain")
     ssl_keyfile: str = _opt("", "PEM file with the certificate's private key (default: in ssl_certfile)")
     ssl_key_password: str = _opt("", "password of an encrypted ssl_keyfile", secret=True)
@@ -93,7 +137,11 @@ class GatewayConfig:
         "ssl.principal.mapping.rules (RULE:pattern/replacement/[LU], ..., DEFAULT: the whole DN)")
     http_ssl: bool = _opt(False, "serve the HTTP endpoint over TLS with ssl_certfile")
 
-    # SASL (SASL_PLAINTEXT and SASL_SSL listeners)
+
+@dataclass(frozen=True, slots=True)
+class SaslConfig:
+    """SASL authentication on SASL_PLAINTEXT and SASL_SSL listeners."""
+
     sasl_enabled_mechanisms: str = _opt("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
                                         "SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
     sasl_plain_users_file: str = _opt(
@@ -107,14 +155,30 @@ class GatewayConfig:
     auth_failure_delay_ms: int = _opt(
         100, "delay before answering a failed authentication and closing the connection", minimum=0)
 
-    # Authorization
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        return tuple(m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class AclConfig:
+    """Authorization: Kafka ACLs, or none."""
+
     authorizer: str = _opt("none", "none: every client may do anything; acl: Kafka ACLs decide",
                            choices=("none", "acl"))
     super_users: str = _opt("", "principals allowed everything, semicolon-separated (User:admin;User:ops)")
     allow_everyone_if_no_acl_found: bool = _opt(
         False, "allow a request on a resource no ACL names (Kafka's setting of the same name)")
 
-    # Storage
+    @property
+    def super_user_set(self) -> frozenset[str]:
+        return frozenset(u.strip() for u in self.super_users.split(";") if u.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """Where topics live: the object store and its S3 settings."""
+
     storage: str = _opt("./data", "where topics live: a directory, file:///path, s3://bucket/prefix or memory://")
     namespace: str = _opt("kafscale", "first component of every object key")
     fsync: bool = _opt(True, "fsync segment files before acknowledging (filesystem backend)")
@@ -128,7 +192,24 @@ class GatewayConfig:
     s3_timeout_ms: int = _opt(30_000, "timeout of one S3 request", minimum=100)
     s3_retries: int = _opt(5, "retries of a failed S3 request, with exponential backoff", minimum=0)
 
-    # Cluster (several gateways sharing one store; see docs/operations.md)
+    @property
+    def s3_options(self) -> S3Options:
+        """The S3 settings as the storage adapters take them (Spark's reader builds the same type
+        from its options)."""
+        return S3Options(endpoint=self.s3_endpoint or None, region=self.s3_region or None,
+                         access_key_id=self.s3_access_key_id or None,
+                         secret_access_key=self.s3_secret_access_key or None, path_style=self.s3_path_style,
+                         allow_http=self.s3_allow_http, timeout_ms=self.s3_timeout_ms, retries=self.s3_retries)
+
+    @property
+    def on_s3(self) -> bool:
+        return self.storage.startswith("s3://")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Several gateways sharing one store, through etcd (docs/cluster.md)."""
+
     etcd_endpoints: str = _opt("", "comma-separated etcd client URLs; empty: embedded metadata, one gateway")
     etcd_prefix: str = _opt("/kafscale", "etcd key prefix; the cluster id is appended")
     etcd_timeout_ms: int = _opt(5000, "timeout of one etcd request", minimum=100)
@@ -141,7 +222,16 @@ class GatewayConfig:
     cluster_refresh_ms: int = _opt(500, "how often a gateway re-checks what it should own (changes in etcd also trigger it at once)", minimum=50)
     coordinator_slots: int = _opt(16, "group-coordinator slots spread over the gateways (fixed per cluster)", minimum=1)
 
-    # Produce path
+    @property
+    def enabled(self) -> bool:
+        """Whether the gateway runs in a cluster (etcd endpoints given), not alone."""
+        return bool(self.etcd_endpoints)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The shared log: writing log objects, compaction into segments, indexes."""
+
     linger_ms: int = _opt(
         -1, "extra wait before writing a log object (-1: 0 on the filesystem, 250 on S3); requests "
         "arriving while one is written always share the next", minimum=-1)
@@ -163,7 +253,11 @@ class GatewayConfig:
         8 * 2**20, "newest segment bytes read when a partition loads, to rebuild idempotent-producer state", minimum=0)
     max_message_bytes: int = _opt(1048588, "largest record batch accepted (Kafka's message.max.bytes)", minimum=1)
 
-    # Topics
+
+@dataclass(frozen=True, slots=True)
+class TopicsConfig:
+    """Topics: creation, limits on their number, retention checks."""
+
     retention_check_interval_ms: int = _opt(300_000, "how often retention deletes old segments", minimum=10)
     auto_create_topics: bool = _opt(True, "create unknown topics on Metadata and Produce, as Kafka does")
     default_partitions: int = _opt(1, "partitions of an auto-created topic", minimum=1)
@@ -173,13 +267,21 @@ class GatewayConfig:
         100_000, "most partitions over all topics, the catalog every gateway serves (more: POLICY_VIOLATION)",
         minimum=1)
 
-    # Consumer groups (Kafka's group.* broker settings)
+
+@dataclass(frozen=True, slots=True)
+class GroupsConfig:
+    """Consumer groups (Kafka's group.* broker settings)."""
+
     group_min_session_timeout_ms: int = _opt(6000, "shortest session timeout a member may ask for", minimum=1)
     group_max_session_timeout_ms: int = _opt(1_800_000, "longest session timeout a member may ask for", minimum=1)
     group_initial_rebalance_delay_ms: int = _opt(
         3000, "how long a new group waits for more members before its first rebalance", minimum=0)
 
-    # Limits
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Bounds on memory, frames, connections, time and threads."""
+
     max_frame_bytes: int = _opt(100 * 2**20, "largest request frame; bigger ones close the connection", minimum=64)
     max_inflight_bytes: int = _opt(
         256 * 2**20, "request and unsent response bytes held across all connections", minimum=1024)
@@ -209,130 +311,141 @@ class GatewayConfig:
     cache_bytes: int = _opt(256 * 2**20, "bytes of recent segments kept in memory for fetches", minimum=0)
     shutdown_timeout_ms: int = _opt(10_000, "grace period to flush on SIGTERM/SIGINT", minimum=0)
 
-    # Logs
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    """The gateway's own log lines."""
+
     log_level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     log_format: str = _opt("text", "log line format", choices=("text", "json"))
 
-    @property
-    def s3_options(self) -> S3Options:
-        """The S3 settings as the storage adapters take them (Spark's reader builds the same type
-        from its options)."""
-        return S3Options(endpoint=self.s3_endpoint or None, region=self.s3_region or None,
-                         access_key_id=self.s3_access_key_id or None,
-                         secret_access_key=self.s3_secret_access_key or None, path_style=self.s3_path_style,
-                         allow_http=self.s3_allow_http, timeout_ms=self.s3_timeout_ms, retries=self.s3_retries)
 
-    @property
-    def on_s3(self) -> bool:
-        return self.storage.startswith("s3://")
+SECTIONS: dict[str, type] = {
+    "network": NetworkConfig,
+    "tls": TlsConfig,
+    "sasl": SaslConfig,
+    "acl": AclConfig,
+    "storage": StorageConfig,
+    "cluster": ClusterConfig,
+    "log": LogConfig,
+    "topics": TopicsConfig,
+    "groups": GroupsConfig,
+    "limits": LimitsConfig,
+    "logging": LoggingConfig,
+}
+# Every option by its name (flags, KAFSCALE_* variables and TOML keys use these names), with its section.
+_SECTION_OF: dict[str, str] = {item.name: section for section, kind in SECTIONS.items() for item in fields(kind)}
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """The gateway's configuration, in sections; options keep their flat names outside
+    (flags, environment, TOML, :meth:`of`)."""
+
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    sasl: SaslConfig = field(default_factory=SaslConfig)
+    acl: AclConfig = field(default_factory=AclConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @classmethod
+    def of(cls, **options: Any) -> GatewayConfig:
+        """A config from options by their flat names (``GatewayConfig.of(port=0, storage="memory://")``)."""
+        return cls().with_options(**options)
+
+    def with_options(self, **options: Any) -> GatewayConfig:
+        """This config with some options (by their flat names) changed."""
+        changed: dict[str, dict[str, Any]] = {}
+        for name, value in options.items():
+            section = _SECTION_OF.get(name)
+            if section is None:
+                raise ConfigError(f"unknown option {name!r}")
+            changed.setdefault(section, {})[name] = value
+        return replace(self, **{section: replace(getattr(self, section), **values)
+                                for section, values in changed.items()})
+
+    def option(self, name: str) -> Any:
+        """An option's value by its flat name."""
+        return getattr(getattr(self, _SECTION_OF[name]), name)
+
+    @staticmethod
+    def options() -> list[Field]:
+        """Every option's field, section by section."""
+        return [item for kind in SECTIONS.values() for item in fields(kind)]
 
     @property
     def flush_linger_ms(self) -> int:
         """linger_ms, or the backend's default: an S3 PUT costs money, a file write does not."""
-        return self.linger_ms if self.linger_ms >= 0 else (250 if self.on_s3 else 0)
+        linger = self.log.linger_ms
+        return linger if linger >= 0 else (250 if self.storage.on_s3 else 0)
 
     @property
     def compaction_max_delay_ms(self) -> int:
         """compaction_delay_ms, or the backend's default."""
-        return self.compaction_delay_ms if self.compaction_delay_ms >= 0 else (600_000 if self.on_s3 else 60_000)
+        delay = self.log.compaction_delay_ms
+        return delay if delay >= 0 else (600_000 if self.storage.on_s3 else 60_000)
 
     @property
     def flush_max_bytes(self) -> int:
-        return self.flush_bytes if self.flush_bytes > 0 else (8 if self.on_s3 else 4) * 2**20
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        """Where clients are sent for the first listener."""
-        return (self.advertised_host or self.kafka_listeners[0].host, self.advertised_port or self.kafka_listeners[0].port)
-
-    @property
-    def kafka_listeners(self) -> tuple[Listener, ...]:
-        if not self.listeners:
-            return (Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
-        mapping = self._protocol_map()
-        listeners = []
-        for name, host, port in _endpoints(self.listeners, "listeners"):
-            protocol = mapping.get(name, name)
-            if protocol not in SECURITY_PROTOCOLS:
-                raise ConfigError(f"listeners: {name} is neither a security protocol nor in "
-                                  "listener_security_protocol_map")
-            listeners.append(Listener(name, protocol, host, port))
-        if not listeners:
-            raise ConfigError("listeners: no listener given")
-        return tuple(listeners)
-
-    def _protocol_map(self) -> dict[str, str]:
-        mapping = {}
-        for pair in filter(None, (p.strip() for p in self.listener_security_protocol_map.split(","))):
-            name, sep, protocol = pair.partition(":")
-            if not sep or protocol.upper() not in SECURITY_PROTOCOLS:
-                raise ConfigError(f"listener_security_protocol_map: {pair!r} is not NAME:PROTOCOL "
-                                  f"(PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)})")
-            mapping[name.strip().upper()] = protocol.upper()
-        return mapping
-
-    @property
-    def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
-        """Listener name -> advertised (host, port) named by advertised_listeners."""
-        return {name: (host, port) for name, host, port in _endpoints(self.advertised_listeners,
-                                                                        "advertised_listeners")}
-
-    @property
-    def sasl_mechanisms(self) -> tuple[str, ...]:
-        return tuple(m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
-
-    @property
-    def super_user_set(self) -> frozenset[str]:
-        return frozenset(u.strip() for u in self.super_users.split(";") if u.strip())
+        flush = self.log.flush_bytes
+        return flush if flush > 0 else (8 if self.storage.on_s3 else 4) * 2**20
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{item.name}={'***' if item.metadata.get('secret') and getattr(self, item.name) else getattr(self, item.name)!r}"
-                          for item in fields(self))
+        shown = ", ".join(f"{item.name}={'***' if item.metadata.get('secret') and self.option(item.name) else self.option(item.name)!r}"
+                          for item in self.options())
         return f"GatewayConfig({shown})"
 
     def validate(self) -> GatewayConfig:
-        for item in fields(self):
-            value = getattr(self, item.name)
+        for item in self.options():
+            value = self.option(item.name)
             minimum = item.metadata.get("minimum")
             if minimum is not None and value < minimum:
                 raise ConfigError(f"{item.name} must be >= {minimum}, got {value}")
             choices = item.metadata.get("choices")
             if choices and value not in choices:
                 raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
-        if self.compaction_time_percent > 100:
-            raise ConfigError(f"compaction_time_percent must be <= 100, got {self.compaction_time_percent}")
-        if self.segment_bytes < self.max_message_bytes:
+        log, storage = self.log, self.storage
+        if log.compaction_time_percent > 100:
+            raise ConfigError(f"compaction_time_percent must be <= 100, got {log.compaction_time_percent}")
+        if log.segment_bytes < log.max_message_bytes:
             raise ConfigError("segment_bytes must be at least max_message_bytes")
-        if self.etcd_endpoints and self.cluster_refresh_ms * 3 > self.lease_ttl_ms:
+        if self.cluster.enabled and self.cluster.cluster_refresh_ms * 3 > self.cluster.lease_ttl_ms:
             raise ConfigError("cluster_refresh_ms must be at most a third of lease_ttl_ms")
-        if not self.namespace or "/" in self.namespace:
+        if not storage.namespace or "/" in storage.namespace:
             raise ConfigError("namespace must be a non-empty name without '/'")
         self._validate_security()
         return self
 
     def _validate_security(self) -> None:
-        self._protocol_map()
-        listeners = self.kafka_listeners
+        network, tls, sasl = self.network, self.tls, self.sasl
+        network.protocol_map()
+        listeners = network.kafka_listeners
         if len({(listener.host, listener.port) for listener in listeners if listener.port}) != \
                 len([listener for listener in listeners if listener.port]):
             raise ConfigError("listeners: two listeners on one address")
-        unknown = set(self.advertised_endpoints) - {listener.name for listener in listeners}
+        unknown = set(network.advertised_endpoints) - {listener.name for listener in listeners}
         if unknown:
             raise ConfigError(f"advertised_listeners: no listener named {', '.join(sorted(unknown))}")
-        if any(listener.tls for listener in listeners) or self.http_ssl:
-            if not self.ssl_certfile:
+        if any(listener.tls for listener in listeners) or tls.http_ssl:
+            if not tls.ssl_certfile:
                 raise ConfigError("an SSL or SASL_SSL listener (or http_ssl) needs ssl_certfile")
-        if self.ssl_client_auth != "none" and not self.ssl_cafile:
+        if tls.ssl_client_auth != "none" and not tls.ssl_cafile:
             raise ConfigError("ssl_client_auth needs ssl_cafile (the CAs client certificates chain to)")
-        unknown_mechanisms = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
+        unknown_mechanisms = set(sasl.mechanisms) - set(SASL_MECHANISMS)
         if unknown_mechanisms:
             raise ConfigError(f"sasl_enabled_mechanisms: unknown {', '.join(sorted(unknown_mechanisms))} "
                               f"(known: {', '.join(SASL_MECHANISMS)})")
-        if any(listener.sasl for listener in listeners) and not self.sasl_mechanisms:
+        if any(listener.sasl for listener in listeners) and not sasl.mechanisms:
             raise ConfigError("a SASL listener needs at least one of sasl_enabled_mechanisms")
-        if bool(self.sasl_bootstrap_user) != bool(self.sasl_bootstrap_password):
+        if bool(sasl.sasl_bootstrap_user) != bool(sasl.sasl_bootstrap_password):
             raise ConfigError("sasl_bootstrap_user and sasl_bootstrap_password go together")
-        for principal in self.super_user_set:
+        for principal in self.acl.super_user_set:
             kind, sep, name = principal.partition(":")
             if not sep or not kind or not name:
                 raise ConfigError(f"super_users: {principal!r} is not Type:name (User:admin)")
@@ -373,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         "file (--config); flags win over the environment, which wins over the file.",
     )
     parser.add_argument("--config", metavar="FILE", help="TOML file with option = value lines")
-    for item in fields(GatewayConfig):
+    for item in GatewayConfig.options():
         flag = "--" + item.name.replace("_", "-")
         kind = _field_type(item)
         default = item.default if item.default is not MISSING else None
@@ -390,7 +503,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     environ = os.environ if environ is None else environ
     args = build_parser().parse_args(argv)
     values: dict[str, Any] = {}
-    known = {item.name: item for item in fields(GatewayConfig)}
+    known = {item.name: item for item in GatewayConfig.options()}
     config_file = args.config or environ.get("KAFSCALE_CONFIG")
     if config_file:
         try:
@@ -413,4 +526,4 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         raw = getattr(args, name)
         if raw is not None:
             values[name] = _parse_value(name, _field_type(item), raw, "--" + name.replace("_", "-"))
-    return replace(GatewayConfig(), **values).validate()
+    return GatewayConfig.of(**values).validate()

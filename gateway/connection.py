@@ -73,9 +73,9 @@ class Connection:
         self.ctx = ctx
         self.stream = stream
         self.session = session
-        self.account = budget.connection(ctx.config.connection_inflight_bytes)
+        self.account = budget.connection(ctx.config.limits.connection_inflight_bytes)
         # What this connection holds before it authenticated: one capped frame and its answer.
-        self.unauthenticated_account = unauthenticated.connection(ctx.config.sasl_max_receive_bytes + 2 * 65536)
+        self.unauthenticated_account = unauthenticated.connection(ctx.config.limits.sasl_max_receive_bytes + 2 * 65536)
         self.peer = peer
         self.reader_scope = trio.CancelScope()
         self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
@@ -85,7 +85,7 @@ class Connection:
         self.reader_scope.cancel()
 
     async def serve(self) -> None:
-        send_slots, receive_slots = trio.open_memory_channel[_Slot](self.ctx.config.max_inflight_requests)
+        send_slots, receive_slots = trio.open_memory_channel[_Slot](self.ctx.config.limits.max_inflight_requests)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write, receive_slots, nursery.cancel_scope)
@@ -109,21 +109,21 @@ class Connection:
         while True:
             deadline = request_deadline
             if deadline is None:
-                deadline = trio.current_time() + config.connections_max_idle_ms / 1000
+                deadline = trio.current_time() + config.limits.connections_max_idle_ms / 1000
             with trio.move_on_at(deadline):
                 try:
                     return await self.stream.receive_some(65536)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return b""  # the client reset or closed the connection
             if request_deadline is not None:
-                raise _Closing(f"a request not complete {config.connection_stall_ms} ms after it started")
+                raise _Closing(f"a request not complete {config.limits.connection_stall_ms} ms after it started")
             if self.unanswered == 0:
-                raise _Closing(f"idle for {config.connections_max_idle_ms} ms")
+                raise _Closing(f"idle for {config.limits.connections_max_idle_ms} ms")
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
-        wire = KafkaWire(self.session, config.max_frame_bytes, config.sasl_max_receive_bytes)
-        stall = config.connection_stall_ms / 1000
+        wire = KafkaWire(self.session, config.limits.max_frame_bytes, config.limits.sasl_max_receive_bytes)
+        stall = config.limits.connection_stall_ms / 1000
         reserved = 0  # budget taken for the frame being assembled
         request_deadline: float | None = None  # when the started request must be complete
         while True:
@@ -253,7 +253,7 @@ class Connection:
         if not handler.ordered:
             admitted()
         try:
-            timeout = handler.timeout(request) if handler.timeout else self.ctx.config.request_timeout_ms / 1000
+            timeout = handler.timeout(request) if handler.timeout else self.ctx.config.limits.request_timeout_ms / 1000
             with trio.fail_after(timeout + 1):
                 if handler.ordered:
                     body = await handler.handle(context, request, admitted)
@@ -304,9 +304,9 @@ class Connection:
         view = memoryview(payload)
         pieces = [_SIZE.pack(len(view)) + view[:_SEND_CHUNK]]
         pieces += [view[start:start + _SEND_CHUNK] for start in range(_SEND_CHUNK, len(view), _SEND_CHUNK)]
-        stall = self.ctx.config.connection_stall_ms / 1000
+        stall = self.ctx.config.limits.connection_stall_ms / 1000
         for piece in pieces:
             with trio.move_on_after(stall) as scope:
                 await self.stream.send_all(piece)
             if scope.cancelled_caught:
-                raise _Closing(f"the client took none of a response for {self.ctx.config.connection_stall_ms} ms")
+                raise _Closing(f"the client took none of a response for {self.ctx.config.limits.connection_stall_ms} ms")

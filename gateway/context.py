@@ -31,7 +31,7 @@ class GatewayContext:
 
     @property
     def node_id(self) -> int:
-        return self.config.node_id
+        return self.config.network.node_id
 
 
 class RequestContext:
@@ -68,7 +68,7 @@ class RequestContext:
 
     @property
     def node_id(self) -> int:
-        return self.gateway.config.node_id
+        return self.gateway.config.network.node_id
 
     @property
     def peer_host(self) -> str:

@@ -29,7 +29,7 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     if not ctx.ownership.lease_valid():
         return False, "no valid etcd lease (etcd unreachable or this gateway was paused)"
     store = ctx.logs.store
-    meta = f"{ctx.config.namespace}/{META_PREFIX}/"
+    meta = f"{ctx.config.storage.namespace}/{META_PREFIX}/"
     with trio.move_on_after(_STORE_ANSWER_S) as scope:
         try:
             await store.probe_list(meta)

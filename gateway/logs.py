@@ -76,14 +76,14 @@ class LogManager:
         self.metadata = metadata
         self.ownership = ownership
         self.clustered = ownership.clustered
-        self.cache: ByteLRU = ByteLRU(config.cache_bytes)
-        machinery = shared_log(store, config.namespace, config.node_id, config.flush_linger_ms,
+        self.cache: ByteLRU = ByteLRU(config.limits.cache_bytes)
+        machinery = shared_log(store, config.storage.namespace, config.network.node_id, config.flush_linger_ms,
                                config.flush_max_bytes, clustered=self.clustered,
                                live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
                                on_new_writer=self._fence_loaded)
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer
-        self.compactor = Compactor(self, time_share=config.compaction_time_percent / 100)
+        self.compactor = Compactor(self, time_share=config.log.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
@@ -104,7 +104,7 @@ class LogManager:
             await nursery.start(self.compactor.run)
             task_status.started()
             while True:
-                await trio.sleep(self.config.retention_check_interval_ms / 1000)
+                await trio.sleep(self.config.topics.retention_check_interval_ms / 1000)
                 try:
                     await self.enforce_retention()
                 except Exception:  # a failing store must not stop the gateway
@@ -112,9 +112,9 @@ class LogManager:
 
     def settings_for(self, info: TopicInfo) -> LogSettings:
         segment_bytes = int_config(info.configs, "segment.bytes", self.config)
-        return LogSettings(self.config.namespace, segment_bytes, self.config.index_interval,
-                           self.config.producer_scan_bytes, self.config.compaction_max_delay_ms,
-                           self.config.compaction_min_bytes)
+        return LogSettings(self.config.storage.namespace, segment_bytes, self.config.log.index_interval,
+                           self.config.log.producer_scan_bytes, self.config.compaction_max_delay_ms,
+                           self.config.log.compaction_min_bytes)
 
     def max_message_bytes(self, topic: str) -> int:
         info = self.topics().get(topic)
@@ -161,15 +161,15 @@ class LogManager:
         every gateway serves Metadata, placement and retention over the whole catalog."""
         if partitions < 1:
             raise KafkaError(ErrorCode.invalid_partitions, f"partitions must be >= 1, got {partitions}")
-        limit = self.config.max_partitions_per_topic
+        limit = self.config.topics.max_partitions_per_topic
         if partitions > limit:
             raise KafkaError(ErrorCode.invalid_partitions,
                              f"{partitions} partitions exceed max_partitions_per_topic {limit}")
         total = sum(info.partitions for info in self.topics().values()) + partitions - current
-        if total > self.config.max_partitions:
+        if total > self.config.topics.max_partitions:
             raise KafkaError(ErrorCode.policy_violation,
                              f"{name!r} would bring the cluster to {total} partitions, "
-                             f"beyond max_partitions {self.config.max_partitions}")
+                             f"beyond max_partitions {self.config.topics.max_partitions}")
 
     async def delete_records(self, name: str, partition: int, offset: int) -> int:
         partition_log = await self.get(name, partition)
@@ -185,7 +185,7 @@ class LogManager:
         metadata store replaces its dict (it never mutates one in place)."""
         catalog = self.metadata.topics()
         if catalog is not self._catalog:
-            limit = self.config.max_partitions_per_topic
+            limit = self.config.topics.max_partitions_per_topic
             self._served = {name: info for name, info in catalog.items() if info.partitions <= limit}
             for name in catalog.keys() - self._served.keys():
                 if self._catalog is None or name not in self._catalog:
@@ -202,9 +202,9 @@ class LogManager:
     async def ensure_topic(self, name: str) -> TopicInfo | None:
         """The topic, auto-creating it when configured to (``None`` if unknown)."""
         info = self.topics().get(name)
-        if info is None and self.config.auto_create_topics:
+        if info is None and self.config.topics.auto_create_topics:
             validate_topic_name(name)
-            info = await self.create_topic(name, self.config.default_partitions)
+            info = await self.create_topic(name, self.config.topics.default_partitions)
         return info
 
     async def delete_topic(self, name: str) -> TopicInfo | None:
@@ -214,7 +214,7 @@ class LogManager:
             return None
         for key in [key for key in self._logs if key[0] == name]:
             await self._logs.pop(key).close()
-        prefix = topic_prefix(self.config.namespace, name)
+        prefix = topic_prefix(self.config.storage.namespace, name)
         self.cache.discard_prefix(prefix)
         for item in await self.store.list(prefix):
             await self.store.delete(item.key)

@@ -42,9 +42,10 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     # Listen first: the advertised ports must be known before joining a cluster.
     bound = await _listen(config)
     endpoints = _advertised(config, [spec for spec, _ in bound])
-    _, first_host, first_port = endpoints[0]  # what config.advertised says from here on
-    config = replace(config, advertised_port=first_port,
-                     advertised_host=config.advertised_host if first_host == config.advertised[0] else first_host)
+    _, first_host, first_port = endpoints[0]  # what config.network.advertised says from here on
+    config = config.with_options(
+        advertised_port=first_port,
+        advertised_host=config.network.advertised_host if first_host == config.network.advertised[0] else first_host)
     gateway = build(config, store, endpoints)
     await gateway.start()
     http_listeners = await _listen_http(config)
@@ -54,7 +55,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     async with trio.open_nursery() as root:
         await root.start(gateway.run)
         if http_listeners:
-            root.start_soon(serve_http, gateway.context, http_listeners, tls[0] if tls and config.http_ssl else None)
+            root.start_soon(serve_http, gateway.context, http_listeners, tls[0] if tls and config.tls.http_ssl else None)
         async with trio.open_nursery() as client_nursery:
             accept_scope = trio.CancelScope()
 
@@ -70,7 +71,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             log.info("serving Kafka on %s, storage %s, http %s, authorizer %s, %s mode",
                      ", ".join(f"{spec.name}://{spec.host}:{spec.port} (advertised {host}:{port})"
                                for (spec, _), (_, host, port) in zip(bound, endpoints, strict=True)),
-                     store.describe(), f"{config.http_host}:{http_port}" if http_port else "off", config.authorizer,
+                     store.describe(), f"{config.network.http_host}:{http_port}" if http_port else "off", config.acl.authorizer,
                      gateway.mode.value)
             task_status.started(Running(bound[0][0].port, http_port, gateway.context, clients.budget,
                                         clients.unauthenticated))
@@ -82,7 +83,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
             for _, sockets in bound:
                 for listener in sockets:
                     await listener.aclose()
-            await clients.drain(gateway, config.shutdown_timeout_ms / 1000)
+            await clients.drain(gateway, config.limits.shutdown_timeout_ms / 1000)
             client_nursery.cancel_scope.cancel()
         await gateway.leave()
         root.cancel_scope.cancel()
@@ -97,10 +98,10 @@ class Clients:
         self._context = gateway.context
         self._access = gateway.access
         self._tls = tls
-        self._stall_ms = config.connection_stall_ms
-        self.budget = ByteBudget(config.max_inflight_bytes)
+        self._stall_ms = config.limits.connection_stall_ms
+        self.budget = ByteBudget(config.limits.max_inflight_bytes)
         # A quarter of it is kept for frames of a real login (a few hundred bytes; 16 KiB at most).
-        self.unauthenticated = ByteBudget(config.unauthenticated_inflight_bytes, small_request=16 * 1024)
+        self.unauthenticated = ByteBudget(config.limits.unauthenticated_inflight_bytes, small_request=16 * 1024)
         gateway.metrics.inflight_bytes.set_function(lambda: self.budget.used)
         self.connections: set[Connection] = set()
 
@@ -144,11 +145,11 @@ class Clients:
 
 def _tls(config: GatewayConfig) -> tuple[TlsContext, PrincipalMapper] | None:
     """The TLS context and principal mapping, when a listener or the HTTP endpoint uses TLS."""
-    if not (any(spec.tls for spec in config.kafka_listeners) or config.http_ssl):
+    if not (any(spec.tls for spec in config.network.kafka_listeners) or config.tls.http_ssl):
         return None
     try:
-        return (TlsContext(config.ssl_certfile, config.ssl_keyfile, config.ssl_key_password, config.ssl_cafile,
-                           config.ssl_client_auth), PrincipalMapper(config.ssl_principal_mapping_rules))
+        return (TlsContext(config.tls.ssl_certfile, config.tls.ssl_keyfile, config.tls.ssl_key_password, config.tls.ssl_cafile,
+                           config.tls.ssl_client_auth), PrincipalMapper(config.tls.ssl_principal_mapping_rules))
     except TlsConfigError as exc:
         raise StartupError(str(exc)) from exc
 
@@ -156,7 +157,7 @@ def _tls(config: GatewayConfig) -> tuple[TlsContext, PrincipalMapper] | None:
 async def _listen(config: GatewayConfig) -> list[tuple[Listener, list[trio.SocketListener]]]:
     """Every Kafka listener bound, each with the port it got (0 asks for a free one)."""
     bound: list[tuple[Listener, list[trio.SocketListener]]] = []
-    for spec in config.kafka_listeners:
+    for spec in config.network.kafka_listeners:
         try:
             sockets = await trio.open_tcp_listeners(spec.port, host=spec.host or None)
         except OSError as exc:
@@ -166,12 +167,12 @@ async def _listen(config: GatewayConfig) -> list[tuple[Listener, list[trio.Socke
 
 
 async def _listen_http(config: GatewayConfig) -> list[trio.SocketListener]:
-    if config.http_port < 0:
+    if config.network.http_port < 0:
         return []
     try:
-        return await trio.open_tcp_listeners(config.http_port, host=config.http_host)
+        return await trio.open_tcp_listeners(config.network.http_port, host=config.network.http_host)
     except OSError as exc:
-        raise StartupError(f"cannot listen on {config.http_host}:{config.http_port}: {exc}") from exc
+        raise StartupError(f"cannot listen on {config.network.http_host}:{config.network.http_port}: {exc}") from exc
 
 
 async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: PrincipalMapper, session: Session,
@@ -202,9 +203,9 @@ async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: Pri
 def _advertised(config: GatewayConfig, listeners: list[Listener]) -> tuple[Endpoint, ...]:
     """Each bound listener's advertised address: its advertised_listeners entry, else
     advertised_host (or its own host) and its port; advertised_port, when set, is the first's."""
-    named = config.advertised_endpoints
+    named = config.network.advertised_endpoints
     endpoints = []
     for index, spec in enumerate(listeners):
-        port = config.advertised_port if index == 0 and config.advertised_port else spec.port
-        endpoints.append((spec.name, *named.get(spec.name, (config.advertised_host or spec.host, port))))
+        port = config.network.advertised_port if index == 0 and config.network.advertised_port else spec.port
+        endpoints.append((spec.name, *named.get(spec.name, (config.network.advertised_host or spec.host, port))))
     return tuple(endpoints)

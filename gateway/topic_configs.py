@@ -9,7 +9,7 @@ this module is the one place that says so.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
@@ -83,20 +83,20 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
 
 
 LIST_CONFIGS = {name for name, spec in TOPIC_CONFIGS.items() if spec.config_type == 7}
-_OPTION_DEFAULTS = {item.name: item.default for item in fields(GatewayConfig)}
+_OPTION_DEFAULTS = {item.name: item.default for item in GatewayConfig.options()}
 
 
 def option_source(broker: GatewayConfig, option: str) -> int:
     """Where a gateway option's value comes from, as Kafka says it of broker settings:
     STATIC_BROKER_CONFIG when it was set to something else than its default."""
-    return DEFAULT_CONFIG if getattr(broker, option) == _OPTION_DEFAULTS[option] else STATIC_BROKER_CONFIG
+    return DEFAULT_CONFIG if broker.option(option) == _OPTION_DEFAULTS[option] else STATIC_BROKER_CONFIG
 
 
 def _default(spec: TopicConfig, broker: GatewayConfig) -> tuple[str, int]:
     """The value a topic gets when it does not set ``spec``, and that value's source."""
     if spec.broker_option is None:
         return spec.default, DEFAULT_CONFIG
-    return str(getattr(broker, spec.broker_option)), option_source(broker, spec.broker_option)
+    return str(broker.option(spec.broker_option)), option_source(broker, spec.broker_option)
 
 
 def effective_configs(configs: dict[str, str], broker: GatewayConfig) -> dict[str, tuple[str, int]]:

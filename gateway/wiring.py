@@ -53,17 +53,17 @@ class Mode(enum.Enum):
 
     @classmethod
     def of(cls, config: GatewayConfig) -> Mode:
-        return cls.CLUSTER if config.etcd_endpoints else cls.EMBEDDED
+        return cls.CLUSTER if config.cluster.etcd_endpoints else cls.EMBEDDED
 
 
 async def open_storage(config: GatewayConfig) -> tuple[ObjectStore, AsyncStore]:
     """The configured store, checked to be usable."""
     try:
-        backend = open_store(config.storage, fsync=config.fsync, s3=config.s3_options)
+        backend = open_store(config.storage.storage, fsync=config.storage.fsync, s3=config.storage.s3_options)
         await trio.to_thread.run_sync(backend.check)
     except (ValueError, OSError, StorageError) as exc:
-        raise StartupError(f"cannot use storage {config.storage!r}: {exc}") from exc
-    return backend, AsyncStore(backend, config.storage_threads)
+        raise StartupError(f"cannot use storage {config.storage.storage!r}: {exc}") from exc
+    return backend, AsyncStore(backend, config.limits.storage_threads)
 
 
 class Embedded:
@@ -159,7 +159,7 @@ class Gateway:
         except MetadataUnreadable as exc:
             raise StartupError(f"{exc} (restore it from a backup, or move it aside to start empty)") from exc
         except EtcdError as exc:
-            raise StartupError(f"etcd at {self.config.etcd_endpoints}: {exc}") from exc
+            raise StartupError(f"etcd at {self.config.cluster.etcd_endpoints}: {exc}") from exc
         self.metrics.watch_log(self.logs)
         self.metrics.watch_groups(self.groups)
         if isinstance(self.coordination, Clustered):
@@ -189,29 +189,29 @@ class Gateway:
 def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...]) -> Gateway:
     """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``."""
     metrics = Metrics()
-    settings = GroupSettings(config.group_min_session_timeout_ms, config.group_max_session_timeout_ms,
-                             config.group_initial_rebalance_delay_ms)
+    settings = GroupSettings(config.groups.group_min_session_timeout_ms, config.groups.group_max_session_timeout_ms,
+                             config.groups.group_initial_rebalance_delay_ms)
     count_rebalance: Callable[[str], None] = lambda group_id: metrics.rebalances.inc()  # noqa: E731
     metadata: MetadataStore
     security: SecurityStore
     coordination: Coordination
     if Mode.of(config) is Mode.CLUSTER:
         etcd = _etcd_client(config)
-        root = cluster_root(config.etcd_prefix, config.cluster_id)
+        root = cluster_root(config.cluster.etcd_prefix, config.network.cluster_id)
         metadata = etcd_metadata = EtcdMetadata(etcd, root)
         security = etcd_security = EtcdSecurity(etcd, root)
         member = ClusterMember(config, etcd, etcd_metadata, etcd_security, root, endpoints)
-        groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.coordinator_slots), settings,
+        groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.cluster.coordinator_slots), settings,
                                   on_rebalance=count_rebalance)
-        groups.use_slots(config.coordinator_slots)
+        groups.use_slots(config.cluster.coordinator_slots)
         logs = LogManager(config, store, metadata, member)
-        rebalancer = Rebalancer(member, logs, groups, config.cluster_refresh_ms / 1000)
-        coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.namespace)
+        rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
+        coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.storage.namespace)
     else:
-        metadata = EmbeddedMetadata(store, config.namespace)
-        security = EmbeddedSecurity(store, config.namespace)
-        groups = GroupCoordinator(GroupStore(store, config.namespace), settings, on_rebalance=count_rebalance)
-        logs = LogManager(config, store, metadata, SoleGateway(config.node_id, *config.advertised, endpoints))
+        metadata = EmbeddedMetadata(store, config.storage.namespace)
+        security = EmbeddedSecurity(store, config.storage.namespace)
+        groups = GroupCoordinator(GroupStore(store, config.storage.namespace), settings, on_rebalance=count_rebalance)
+        logs = LogManager(config, store, metadata, SoleGateway(config.network.node_id, *config.network.advertised, endpoints))
         coordination = Embedded(groups)
     try:
         access = Access(config, security, metrics)
@@ -222,9 +222,9 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
 
 def _etcd_client(config: GatewayConfig) -> EtcdClient:
     try:
-        etcd_tls = tls_context(config.etcd_cafile, config.etcd_certfile, config.etcd_keyfile)
-        return EtcdClient([e.strip() for e in config.etcd_endpoints.split(",") if e.strip()],
-                          config.etcd_timeout_ms, tls=etcd_tls, username=config.etcd_username,
-                          password=config.etcd_password)
+        etcd_tls = tls_context(config.cluster.etcd_cafile, config.cluster.etcd_certfile, config.cluster.etcd_keyfile)
+        return EtcdClient([e.strip() for e in config.cluster.etcd_endpoints.split(",") if e.strip()],
+                          config.cluster.etcd_timeout_ms, tls=etcd_tls, username=config.cluster.etcd_username,
+                          password=config.cluster.etcd_password)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         raise StartupError(f"cannot set up the etcd client: {exc}") from exc

@@ -56,15 +56,15 @@ class ClusterMember:
 
     def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, security: FollowedPart,
                  root: str, endpoints: tuple[Endpoint, ...]) -> None:
-        self.node_id = config.node_id
-        host, port = config.advertised
-        self.me = Broker(config.node_id, host, port, endpoints)
+        self.node_id = config.network.node_id
+        host, port = config.network.advertised
+        self.me = Broker(config.network.node_id, host, port, endpoints)
         self._etcd = etcd
         self._metadata = metadata
         self._root = root
-        self._ttl_s = max(2, -(-config.lease_ttl_ms // 1000))
-        self._refresh_s = config.cluster_refresh_ms / 1000
-        self.slots = config.coordinator_slots
+        self._ttl_s = max(2, -(-config.cluster.lease_ttl_ms // 1000))
+        self._refresh_s = config.cluster.cluster_refresh_ms / 1000
+        self.slots = config.cluster.coordinator_slots
         self._lease = 0
         self._lease_deadline = 0.0
         self._wakeup = trio.Event()

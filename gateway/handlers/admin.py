@@ -107,7 +107,7 @@ async def handle_offset_for_leader_epoch(ctx, request: Request):
     error_code=code, error_message=None, cluster_id="", controller_id=-1, brokers=[])))
 async def handle_describe_cluster(ctx, request: Request):
     brokers = [dict(broker_id=b["node_id"], host=b["host"], port=b["port"], rack=None) for b in ctx.brokers()]
-    values = dict(error_code=ErrorCode.none, error_message=None, endpoint_type=1, cluster_id=ctx.config.cluster_id,
+    values = dict(error_code=ErrorCode.none, error_message=None, endpoint_type=1, cluster_id=ctx.config.network.cluster_id,
                   controller_id=ctx.ownership.controller_id(), brokers=brokers)
     if request.body.include_cluster_authorized_operations:
         values["cluster_authorized_operations"] = ctx.access.cluster_authorized_operations()

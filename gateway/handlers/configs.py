@@ -45,10 +45,10 @@ def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
     """The broker settings tools read, under Kafka's names: (name, value, source, type).
     A value set by a gateway option that differs from its default is STATIC_BROKER_CONFIG."""
     config = ctx.config
-    host, port = config.advertised
+    host, port = config.network.advertised
 
     def option(name: str, kafka_name: str, kind: int, value: str | None = None):
-        own = getattr(config, name)
+        own = config.option(name)
         shown = str(own).lower() if kind == _BOOLEAN else (value or str(own))
         return kafka_name, shown, option_source(config, name), kind
 
@@ -59,7 +59,7 @@ def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
     return [
         option("node_id", "broker.id", _INT),
         option("node_id", "node.id", _INT),
-        option("port", "listeners", _LIST, f"PLAINTEXT://{config.host}:{config.port}"),
+        option("port", "listeners", _LIST, f"PLAINTEXT://{config.network.host}:{config.network.port}"),
         option("advertised_host", "advertised.listeners", _LIST, f"PLAINTEXT://{host}:{port}"),
         fixed("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT", _LIST),
         fixed("inter.broker.listener.name", "PLAINTEXT", _STRING),

@@ -54,8 +54,8 @@ def _error(request: Request, code: ErrorCode):
 async def handle_fetch(ctx, request: Request):
     body = request.body
     max_wait = max(to_millis(body.max_wait), 0) / 1000
-    deadline = trio.current_time() + min(max_wait, ctx.config.request_timeout_ms / 1000)
-    max_bytes = min(body.max_bytes, ctx.config.fetch_max_bytes) if body.max_bytes > 0 else ctx.config.fetch_max_bytes
+    deadline = trio.current_time() + min(max_wait, ctx.config.limits.request_timeout_ms / 1000)
+    max_bytes = min(body.max_bytes, ctx.config.limits.fetch_max_bytes) if body.max_bytes > 0 else ctx.config.limits.fetch_max_bytes
     min_bytes = max(body.min_bytes, 0)
     targets = list(_targets(ctx, request))
     memory = ctx.memory

@@ -43,7 +43,7 @@ def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:
 
 
 async def _response(ctx, request: Request, topics: list[dict]):
-    values = dict(brokers=ctx.brokers(), cluster_id=ctx.config.cluster_id,
+    values = dict(brokers=ctx.brokers(), cluster_id=ctx.config.network.cluster_id,
                   controller_id=ctx.ownership.controller_id(), topics=topics)
     if getattr(request.body, "include_topic_authorized_operations", False):
         for topic in topics:

@@ -82,7 +82,7 @@ async def handle_produce(ctx, request: Request, admitted):
                 continue
             try:
                 # Records may not inflate past what one request may carry.
-                headers = validate_record_set(records, config.max_frame_bytes)
+                headers = validate_record_set(records, config.limits.max_frame_bytes)
             except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
                 results[key] = _partition(part.index, exc.code, message=str(exc))
                 continue
@@ -107,8 +107,8 @@ async def handle_produce(ctx, request: Request, admitted):
     # acks=0 waits too, without answering: the request keeps its bytes in the memory budget
     # until its flush is done, so a client producing with acks=0 faster than the store
     # writes is held back instead of filling the partition buffers.
-    timeout = max(to_millis(body.timeout), 0) / 1000 or config.request_timeout_ms / 1000
-    with trio.move_on_after(min(timeout, config.request_timeout_ms / 1000)):
+    timeout = max(to_millis(body.timeout), 0) / 1000 or config.limits.request_timeout_ms / 1000
+    with trio.move_on_after(min(timeout, config.limits.request_timeout_ms / 1000)):
         for key, index, base_offset, ticket, target in waits:
             try:
                 await ticket.wait()

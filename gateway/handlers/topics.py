@@ -49,7 +49,7 @@ async def _create_one(ctx, topic, validate_only: bool) -> dict:
         return _create_entry(name, ErrorCode.topic_authorization_failed, "CREATE is not allowed")
     partitions = topic.num_partitions
     if partitions == -1:
-        partitions = ctx.config.default_partitions
+        partitions = ctx.config.topics.default_partitions
     if topic.assignments:
         if topic.num_partitions != -1:
             return _create_entry(name, ErrorCode.invalid_request, "give either partitions or assignments")

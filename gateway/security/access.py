@@ -82,21 +82,21 @@ class Access:
         self.config = config
         self.store = store
         self.metrics = metrics
-        self.mechanisms = config.sasl_mechanisms
-        self.plain_users = load_plain_users(config.sasl_plain_users_file) if config.sasl_plain_users_file else {}
+        self.mechanisms = config.sasl.mechanisms
+        self.plain_users = load_plain_users(config.sasl.sasl_plain_users_file) if config.sasl.sasl_plain_users_file else {}
         self._decoy_key = secrets.token_bytes(32)
-        self.enforcing = config.authorizer == "acl"
-        self.authorizer = Authorizer((), config.super_user_set, config.allow_everyone_if_no_acl_found)
+        self.enforcing = config.acl.authorizer == "acl"
+        self.authorizer = Authorizer((), config.acl.super_user_set, config.acl.allow_everyone_if_no_acl_found)
         store.on_change = self._acls_changed
 
     def _acls_changed(self) -> None:
         if tuple(self.store.acls.values()) != self.authorizer.acls:
-            self.authorizer = Authorizer(self.store.acls.values(), self.config.super_user_set,
-                                         self.config.allow_everyone_if_no_acl_found)
+            self.authorizer = Authorizer(self.store.acls.values(), self.config.acl.super_user_set,
+                                         self.config.acl.allow_everyone_if_no_acl_found)
 
     async def bootstrap(self) -> None:
         """Give the configured first user SCRAM credentials, unless it has some already."""
-        user, password = self.config.sasl_bootstrap_user, self.config.sasl_bootstrap_password
+        user, password = self.config.sasl.sasl_bootstrap_user, self.config.sasl.sasl_bootstrap_password
         if not user or self.store.users.get(user):
             return
         await self.store.alter_user(user, [make_credential(mechanism, password) for mechanism in MECHANISMS])
@@ -145,7 +145,7 @@ class Access:
             return server_final, self._authenticated(session, session.exchange.username or "")
         except AuthenticationFailed as exc:
             self._failed(session, mechanism, str(exc))
-            await trio.sleep(self.config.auth_failure_delay_ms / 1000)
+            await trio.sleep(self.config.sasl.auth_failure_delay_ms / 1000)
             raise KafkaError(ErrorCode.sasl_authentication_failed, str(exc)) from None
 
     async def _plain_matches(self, user: str, password: str) -> bool:
@@ -163,7 +163,7 @@ class Access:
             raise AuthenticationFailed("re-authentication must keep the same user")
         session.principal, session.authenticated, session.reauthenticating = principal, True, False
         session.exchange = None
-        lifetime = self.config.connections_max_reauth_ms
+        lifetime = self.config.sasl.connections_max_reauth_ms
         session.expires_at = trio.current_time() + lifetime / 1000 if lifetime else None
         self.metrics.authentications.labels(mechanism_label(session.mechanism), "success").inc()
         return lifetime

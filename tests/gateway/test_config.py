@@ -5,15 +5,15 @@ from kafscale.gateway.config import ConfigError, GatewayConfig, build_parser, lo
 
 def test_defaults_are_the_embedded_single_node():
     config = load_config([], {})
-    assert (config.host, config.port, config.storage, config.auto_create_topics) == ("127.0.0.1", 9092, "./data", True)
-    assert config.advertised == ("127.0.0.1", 9092)
+    assert (config.network.host, config.network.port, config.storage.storage, config.topics.auto_create_topics) == ("127.0.0.1", 9092, "./data", True)
+    assert config.network.advertised == ("127.0.0.1", 9092)
 
 
 def test_precedence_file_then_env_then_flags(tmp_path):
     path = tmp_path / "k.toml"
     path.write_text('port = 1000\nlinger_ms = 9\nnamespace = "prod"\nfsync = false\n')
     config = load_config(["--config", str(path), "--port", "3000"], {"KAFSCALE_PORT": "2000", "KAFSCALE_LINGER_MS": "7"})
-    assert (config.port, config.linger_ms, config.namespace, config.fsync) == (3000, 7, "prod", False)
+    assert (config.network.port, config.log.linger_ms, config.storage.namespace, config.storage.fsync) == (3000, 7, "prod", False)
 
 
 @pytest.mark.parametrize(("argv", "env", "message"), [
@@ -44,11 +44,11 @@ def test_unknown_and_unreadable_files(tmp_path):
 
 def test_every_option_has_help_and_a_flag():
     text = build_parser().format_help()
-    for name in GatewayConfig.__dataclass_fields__:
+    for name in (item.name for item in GatewayConfig.options()):
         assert "--" + name.replace("_", "-") in text
         assert "KAFSCALE_" + name.upper() in text
 
 
 def test_advertised_address_overrides():
     config = load_config(["--advertised-host", "kafka.example", "--advertised-port", "19092"], {})
-    assert config.advertised == ("kafka.example", 19092)
+    assert config.network.advertised == ("kafka.example", 19092)

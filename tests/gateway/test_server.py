@@ -107,7 +107,7 @@ async def test_port_in_use_is_a_clear_startup_error(nursery):
 
 async def test_bad_storage_location_is_a_clear_startup_error():
     with pytest.raises(StartupError, match="cannot use storage"):
-        await serve(GatewayConfig(port=0, http_port=-1, storage="ftp://x"), trio.Event())
+        await serve(GatewayConfig.of(port=0, http_port=-1, storage="ftp://x"), trio.Event())
 
 
 async def test_a_client_resetting_its_connection_does_not_stop_the_server(nursery):

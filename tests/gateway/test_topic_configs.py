@@ -41,10 +41,10 @@ async def test_topic_defaults_come_from_the_broker_config(nursery, size, source)
     await _topic(client, "t")
     configs = await _describe(client, "t")
     config = running.context.config
-    assert configs["segment.bytes"] == (str(config.segment_bytes), source)
-    assert configs["max.message.bytes"] == (str(config.max_message_bytes), source)
+    assert configs["segment.bytes"] == (str(config.log.segment_bytes), source)
+    assert configs["max.message.bytes"] == (str(config.log.max_message_bytes), source)
     assert configs["retention.ms"] == ("604800000", DEFAULT_CONFIG)
-    assert running.context.logs.max_message_bytes("t") == config.max_message_bytes
+    assert running.context.logs.max_message_bytes("t") == config.log.max_message_bytes
     assert await _alter(client, "t", ("segment.bytes", SET, "4194304")) == ErrorCode.none
     assert (await _describe(client, "t"))["segment.bytes"] == ("4194304", TOPIC_CONFIG)
 

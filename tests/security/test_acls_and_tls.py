@@ -315,7 +315,7 @@ def test_an_authorization_check_without_a_client_session_refuses():
     from kafscale.gateway.security.store import SecurityStore
 
     store = SecurityStore()
-    access = Access(GatewayConfig(authorizer="acl", allow_everyone_if_no_acl_found=True), store, Metrics())
+    access = Access(GatewayConfig.of(authorizer="acl", allow_everyone_if_no_acl_found=True), store, Metrics())
     assert not access.allowed(None, Operation.READ, ResourceType.TOPIC, "t")
     assert not access.allowed_any(None, Operation.WRITE, ResourceType.TOPIC)
     client = ClientAccess(access, Session.start(Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), "127.0.0.1"))

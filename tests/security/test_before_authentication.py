@@ -22,7 +22,7 @@ KIB = 1024
 
 def _config(**overrides) -> GatewayConfig:
     """One SASL_PLAINTEXT listener, user admin with password pw."""
-    return GatewayConfig(**{"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "http_port": -1, "storage": "memory://",
+    return GatewayConfig.of(**{"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "http_port": -1, "storage": "memory://",
                             "sasl_bootstrap_user": "admin", "sasl_bootstrap_password": "pw", **overrides}).validate()
 
 

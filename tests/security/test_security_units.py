@@ -206,12 +206,12 @@ def test_principal_mapping_rules():
 
 
 def test_listener_configuration():
-    config = GatewayConfig(listeners="PLAINTEXT://127.0.0.1:9092,INTERNAL://0.0.0.0:9093",
+    config = GatewayConfig.of(listeners="PLAINTEXT://127.0.0.1:9092,INTERNAL://0.0.0.0:9093",
                            listener_security_protocol_map="INTERNAL:SASL_SSL", ssl_certfile="c.pem",
                            advertised_listeners="INTERNAL://kafka.internal:9093").validate()
-    assert [(l.name, l.protocol, l.tls, l.sasl) for l in config.kafka_listeners] == [
+    assert [(l.name, l.protocol, l.tls, l.sasl) for l in config.network.kafka_listeners] == [
         ("PLAINTEXT", "PLAINTEXT", False, False), ("INTERNAL", "SASL_SSL", True, True)]
-    assert config.advertised_endpoints == {"INTERNAL": ("kafka.internal", 9093)}
+    assert config.network.advertised_endpoints == {"INTERNAL": ("kafka.internal", 9093)}
     for bad in [dict(listeners="SSL://127.0.0.1:9093"),  # no certificate
                 dict(listeners="FOO://127.0.0.1:1"), dict(listeners="PLAINTEXT://nohost"),
                 dict(listeners="PLAINTEXT://a:1,PLAINTEXT://b:2"), dict(listeners="PLAINTEXT://a:1,SSL://a:1",
@@ -220,10 +220,10 @@ def test_listener_configuration():
                 dict(sasl_enabled_mechanisms="GSSAPI"), dict(sasl_bootstrap_user="admin"),
                 dict(super_users="admin"), dict(listener_security_protocol_map="X:NOPE")]:
         with pytest.raises(ConfigError):
-            GatewayConfig(**bad).validate()
+            GatewayConfig.of(**bad).validate()
 
 
 def test_secrets_never_in_the_config_repr():
-    config = GatewayConfig(sasl_bootstrap_user="admin", sasl_bootstrap_password="hunter2",
+    config = GatewayConfig.of(sasl_bootstrap_user="admin", sasl_bootstrap_password="hunter2",
                            ssl_key_password="keypass", s3_secret_access_key="s3secret").validate()
     assert "hunter2" not in repr(config) and "keypass" not in repr(config) and "s3secret" not in repr(config)

@@ -16,7 +16,7 @@ from tests.support.wire_client import Client
 
 def _config(**overrides) -> GatewayConfig:
     """One SASL_PLAINTEXT listener, user admin with password pw."""
-    return GatewayConfig(**{"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "http_port": -1, "storage": "memory://",
+    return GatewayConfig.of(**{"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "http_port": -1, "storage": "memory://",
                             "sasl_bootstrap_user": "admin", "sasl_bootstrap_password": "pw", **overrides}).validate()
 
 
@@ -64,7 +64,7 @@ async def test_kip368_session_lifetime_reauthentication_and_expiry():
 
 
 async def test_advertised_listeners_name_every_listener_including_the_first():
-    config = GatewayConfig(listeners="PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0", http_port=-1,
+    config = GatewayConfig.of(listeners="PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0", http_port=-1,
                            storage="memory://", listener_security_protocol_map="OTHER:PLAINTEXT",
                            advertised_listeners="PLAINTEXT://front.example:9999").validate()
     shutdown = trio.Event()

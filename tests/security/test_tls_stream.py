@@ -202,7 +202,7 @@ async def test_the_http_endpoint_over_tls(tmp_path):
 
     ca = CertificateAuthority(tmp_path)
     issued = ca.issue("server", "localhost", server=True)
-    config = GatewayConfig(listeners="PLAINTEXT://127.0.0.1:0", http_port=0, http_ssl=True, storage="memory://",
+    config = GatewayConfig.of(listeners="PLAINTEXT://127.0.0.1:0", http_port=0, http_ssl=True, storage="memory://",
                            ssl_certfile=str(issued.cert), ssl_keyfile=str(issued.key)).validate()
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -17,7 +17,7 @@ from kafscale.protocol.messages import RequestHeader, decode_response, encode_re
 
 
 def config(**overrides) -> GatewayConfig:
-    return GatewayConfig(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
+    return GatewayConfig.of(**{"port": 0, "http_port": -1, "storage": "memory://", **overrides})
 
 
 # Client streams open to each in-process gateway, closed when that gateway's nursery ends.
