@@ -13,6 +13,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission, ResourceType
 from .base import register, respond
 
@@ -42,7 +43,7 @@ def _create_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.CREATE_ACLS, error=_create_error)
-async def handle_create_acls(ctx, request: Request):
+async def handle_create_acls(ctx: RequestContext, request: Request):
     if not ctx.access.allowed_cluster(Operation.ALTER):
         return _create_error(request, ErrorCode.cluster_authorization_failed)
     results: list[dict] = []
@@ -62,7 +63,7 @@ def _describe_error(request: Request, code: ErrorCode, message: str | None = Non
 
 
 @register(ApiKey.DESCRIBE_ACLS, error=_describe_error)
-async def handle_describe_acls(ctx, request: Request):
+async def handle_describe_acls(ctx: RequestContext, request: Request):
     if not ctx.access.allowed_cluster(Operation.DESCRIBE):
         return _describe_error(request, ErrorCode.cluster_authorization_failed, "DESCRIBE on the cluster is not allowed")
     try:
@@ -88,7 +89,7 @@ def _delete_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.DELETE_ACLS, error=_delete_error)
-async def handle_delete_acls(ctx, request: Request):
+async def handle_delete_acls(ctx: RequestContext, request: Request):
     if not ctx.access.allowed_cluster(Operation.ALTER):
         return _delete_error(request, ErrorCode.cluster_authorization_failed)
     current = list(ctx.access.store.acls.values())

@@ -9,6 +9,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from .base import check_leader_epoch, register, respond
 
@@ -19,7 +20,7 @@ def _create_partitions_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.CREATE_PARTITIONS, error=_create_partitions_error)
-async def handle_create_partitions(ctx, request: Request):
+async def handle_create_partitions(ctx: RequestContext, request: Request):
     results = []
     for topic in request.body.topics:
         info = ctx.logs.topics().get(topic.name)
@@ -52,7 +53,7 @@ def _delete_records_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.DELETE_RECORDS, error=_delete_records_error)
-async def handle_delete_records(ctx, request: Request):
+async def handle_delete_records(ctx: RequestContext, request: Request):
     topics = []
     for topic in request.body.topics:
         rows = []
@@ -75,7 +76,7 @@ def _epoch_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.OFFSET_FOR_LEADER_EPOCH, error=_epoch_error)
-async def handle_offset_for_leader_epoch(ctx, request: Request):
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Request):
     topics = []
     for topic in request.body.topics:
         rows = []
@@ -105,7 +106,7 @@ async def handle_offset_for_leader_epoch(ctx, request: Request):
 
 @register(ApiKey.DESCRIBE_CLUSTER, error=lambda request, code: respond(request, dict(
     error_code=code, error_message=None, cluster_id="", controller_id=-1, brokers=[])))
-async def handle_describe_cluster(ctx, request: Request):
+async def handle_describe_cluster(ctx: RequestContext, request: Request):
     brokers = [dict(broker_id=b["node_id"], host=b["host"], port=b["port"], rack=None) for b in ctx.brokers()]
     values = dict(error_code=ErrorCode.none, error_message=None, endpoint_type=1, cluster_id=ctx.config.network.cluster_id,
                   controller_id=ctx.ownership.controller_id(), brokers=brokers)
@@ -115,7 +116,7 @@ async def handle_describe_cluster(ctx, request: Request):
 
 
 @register(ApiKey.DESCRIBE_LOG_DIRS, error=lambda request, code: respond(request, dict(error_code=code, results=[])))
-async def handle_describe_log_dirs(ctx, request: Request):
+async def handle_describe_log_dirs(ctx: RequestContext, request: Request):
     ctx.access.require_cluster(Operation.DESCRIBE)
     known = ctx.logs.topics()
     if request.body.topics is None:

@@ -7,6 +7,7 @@ from kafscale.protocol.entities import build
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request, response_class
 
+from ..context import RequestContext
 from .base import advertised_versions, register, respond
 
 
@@ -25,7 +26,7 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.API_VERSIONS, error=_error)
-async def handle_api_versions(ctx, request: Request):
+async def handle_api_versions(ctx: RequestContext, request: Request):
     # Tagged fields (supported features, ...) keep their defaults and so are
     # omitted on the wire: librdkafka < 2.2 mis-reads non-default ones.
     return respond(request, dict(error_code=ErrorCode.none, api_keys=_api_keys()))

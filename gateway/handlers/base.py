@@ -15,6 +15,8 @@ from kafscale.protocol.entities import build
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request, response_class
 
+from ..context import RequestContext
+
 __all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions", "check_leader_epoch",
            "leader_hint"]
 
@@ -86,7 +88,7 @@ def check_leader_epoch(partition_epoch: int, current_leader_epoch: int | None) -
                          f"epoch {current_leader_epoch} is newer than the leader's {partition_epoch}")
 
 
-def leader_hint(ctx, topic: str, partition: int) -> tuple[dict, list[dict]]:
+def leader_hint(ctx: RequestContext, topic: str, partition: int) -> tuple[dict, list[dict]]:
     """KIP-951 (Produce v10+, Fetch v16+): with NOT_LEADER_OR_FOLLOWER, the partition's
     current leader and its endpoint, so the client goes there without a Metadata round."""
     leader = ctx.ownership.leader(topic, partition)

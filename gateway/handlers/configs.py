@@ -7,6 +7,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from ..topic_configs import (
     DEFAULT_CONFIG,
@@ -95,7 +96,7 @@ def _describe_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.DESCRIBE_CONFIGS, error=_describe_error)
-async def handle_describe_configs(ctx, request: Request):
+async def handle_describe_configs(ctx: RequestContext, request: Request):
     include_docs = getattr(request.body, "include_documentation", False)
     results = []
     for resource in request.body.resources:
@@ -163,7 +164,7 @@ def _apply(configs: dict[str, str], operations, broker) -> dict[str, str]:
     return configs
 
 
-async def _alter(ctx, request: Request, incremental: bool):
+async def _alter(ctx: RequestContext, request: Request, incremental: bool):
     validate_only = request.body.validate_only
     responses = []
     for resource in request.body.resources:
@@ -194,10 +195,10 @@ async def _alter(ctx, request: Request, incremental: bool):
 
 
 @register(ApiKey.ALTER_CONFIGS, error=_alter_error)
-async def handle_alter_configs(ctx, request: Request):
+async def handle_alter_configs(ctx: RequestContext, request: Request):
     return await _alter(ctx, request, incremental=False)
 
 
 @register(ApiKey.INCREMENTAL_ALTER_CONFIGS, error=_alter_error)
-async def handle_incremental_alter_configs(ctx, request: Request):
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Request):
     return await _alter(ctx, request, incremental=True)

@@ -9,6 +9,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from .base import register, respond
 
@@ -20,7 +21,7 @@ def _keys(request: Request) -> list[str]:
     return list(body.coordinator_keys) if hasattr(body, "coordinator_keys") else [body.key]
 
 
-def _entry(ctx, key: str, key_type: int) -> dict:
+def _entry(ctx: RequestContext, key: str, key_type: int) -> dict:
     if key_type == GROUP and not ctx.access.allowed_group(Operation.DESCRIBE, key):
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.group_authorization_failed,
                     error_message="DESCRIBE on the group is not allowed")
@@ -48,6 +49,6 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.FIND_COORDINATOR, error=_error)
-async def handle_find_coordinator(ctx, request: Request):
+async def handle_find_coordinator(ctx: RequestContext, request: Request):
     key_type = getattr(request.body, "key_type", GROUP)
     return _shape(request, [_entry(ctx, key, key_type) for key in _keys(request)])

@@ -18,11 +18,12 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..budget import RequestMemory
+from ..context import RequestContext
 from ..security.acl import Operation
 from .base import check_leader_epoch, leader_hint, register, respond
 
 
-def _targets(ctx, request: Request):
+def _targets(ctx: RequestContext, request: Request):
     """(topic name or None, topic id, topic entry) for each requested topic."""
     by_id: dict | None = None
     for topic in request.body.topics:
@@ -51,7 +52,7 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.FETCH, error=_error)
-async def handle_fetch(ctx, request: Request):
+async def handle_fetch(ctx: RequestContext, request: Request):
     body = request.body
     max_wait = max(to_millis(body.max_wait), 0) / 1000
     deadline = trio.current_time() + min(max_wait, ctx.config.limits.request_timeout_ms / 1000)
@@ -81,7 +82,7 @@ async def handle_fetch(ctx, request: Request):
                                  node_endpoints=endpoints))
 
 
-async def _collect(ctx, targets, max_bytes: int, memory: RequestMemory | None):
+async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: RequestMemory | None):
     responses = []
     total = 0
     errors = False

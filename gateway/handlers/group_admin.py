@@ -6,6 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..groups.coordinator import GroupState
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
@@ -19,7 +20,7 @@ def _describe_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.DESCRIBE_GROUPS, error=_describe_error)
-async def handle_describe_groups(ctx, request: Request):
+async def handle_describe_groups(ctx: RequestContext, request: Request):
     described = []
     for group_id in request.body.groups:
         try:
@@ -53,7 +54,7 @@ async def handle_describe_groups(ctx, request: Request):
 
 
 @register(ApiKey.LIST_GROUPS, error=lambda request, code: respond(request, dict(error_code=code, groups=[])))
-async def handle_list_groups(ctx, request: Request):
+async def handle_list_groups(ctx: RequestContext, request: Request):
     wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
     # v5 (KIP-848) filters by group type; every group here is a classic one.
     types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}
@@ -72,7 +73,7 @@ async def handle_list_groups(ctx, request: Request):
 
 @register(ApiKey.DELETE_GROUPS, error=lambda request, code: respond(request, dict(results=[
     dict(group_id=g, error_code=code) for g in request.body.groups_names])))
-async def handle_delete_groups(ctx, request: Request):
+async def handle_delete_groups(ctx: RequestContext, request: Request):
     results = []
     for group_id in request.body.groups_names:
         try:

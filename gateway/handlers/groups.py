@@ -7,6 +7,7 @@ from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from .base import register, respond
 
@@ -25,7 +26,7 @@ def _join_timeout(request: Request) -> float:
 
 
 @register(ApiKey.JOIN_GROUP, error=_join_error, timeout=_join_timeout)
-async def handle_join_group(ctx, request: Request):
+async def handle_join_group(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body
     version = request.header.api_version
@@ -53,7 +54,7 @@ def _sync_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.SYNC_GROUP, error=_sync_error, timeout=lambda request: 300.0)
-async def handle_sync_group(ctx, request: Request):
+async def handle_sync_group(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body
     try:
@@ -73,7 +74,7 @@ def _heartbeat_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.HEARTBEAT, error=_heartbeat_error)
-async def handle_heartbeat(ctx, request: Request):
+async def handle_heartbeat(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body
     try:
@@ -99,7 +100,7 @@ def _leave_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.LEAVE_GROUP, error=_leave_error)
-async def handle_leave_group(ctx, request: Request):
+async def handle_leave_group(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.READ, request.body.group_id)
     results = ctx.groups.leave(request.body.group_id, _leaving(request))
     members = [dict(member_id=m, group_instance_id=i, error_code=code) for m, i, code in results]

@@ -6,6 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from ..timestamps import max_timestamp_offset, offset_for_timestamp
 from .base import check_leader_epoch, register, respond
@@ -29,7 +30,7 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.LIST_OFFSETS, error=_error)
-async def handle_list_offsets(ctx, request: Request):
+async def handle_list_offsets(ctx: RequestContext, request: Request):
     topics = []
     for topic in request.body.topics:
         partitions = []

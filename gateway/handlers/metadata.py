@@ -12,11 +12,12 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 
-def _partition_entry(ctx, topic: str, partition: int) -> dict:
+def _partition_entry(ctx: RequestContext, topic: str, partition: int) -> dict:
     leader = ctx.ownership.leader(topic, partition)
     if leader is None:  # between owners (a gateway left or joined): clients retry
         return dict(error_code=ErrorCode.leader_not_available, partition_index=partition, leader_id=-1,
@@ -26,7 +27,7 @@ def _partition_entry(ctx, topic: str, partition: int) -> dict:
                 replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
 
 
-async def _topic_entry(ctx, info) -> dict:
+async def _topic_entry(ctx: RequestContext, info) -> dict:
     partitions = []
     for partition in range(info.partitions):
         if partition % 1000 == 999:  # a large catalog must not hold the event loop
@@ -42,7 +43,7 @@ def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:
     return dict(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
-async def _response(ctx, request: Request, topics: list[dict]):
+async def _response(ctx: RequestContext, request: Request, topics: list[dict]):
     values = dict(brokers=ctx.brokers(), cluster_id=ctx.config.network.cluster_id,
                   controller_id=ctx.ownership.controller_id(), topics=topics)
     if getattr(request.body, "include_topic_authorized_operations", False):
@@ -66,7 +67,7 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.METADATA, error=_error, large_answers=True)
-async def handle_metadata(ctx, request: Request):
+async def handle_metadata(ctx: RequestContext, request: Request):
     body = request.body
     version = request.header.api_version
     requested = body.topics
@@ -87,6 +88,9 @@ async def handle_metadata(ctx, request: Request):
             info = by_id.get(topic_id)
             entries.append(await _topic_entry(ctx, info) if info and may_describe(Operation.DESCRIBE, info.name)
                            else _error_topic(request, None, topic_id, ErrorCode.unknown_topic_id))
+            continue
+        if name is None:  # neither a name nor an id
+            entries.append(_error_topic(request, None, None, ErrorCode.invalid_topic_exception))
             continue
         if not may_describe(Operation.DESCRIBE, name):
             entries.append(_error_topic(request, name, None, ErrorCode.topic_authorization_failed))

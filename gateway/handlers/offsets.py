@@ -8,6 +8,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..groups.coordinator import GroupState, now_ms
 from ..groups.store import CommittedOffset
 from ..security.acl import Operation
@@ -22,7 +23,7 @@ def _commit_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.OFFSET_COMMIT, error=_commit_error)
-async def handle_offset_commit(ctx, request: Request):
+async def handle_offset_commit(ctx: RequestContext, request: Request):
     body = request.body
     if not ctx.access.allowed_group(Operation.READ, body.group_id):
         return _commit_error(request, ErrorCode.group_authorization_failed)
@@ -58,7 +59,7 @@ async def handle_offset_commit(ctx, request: Request):
     return respond(request, dict(topics=results))
 
 
-def _fetch_topics(ctx, group_id: str, requested) -> list[dict]:
+def _fetch_topics(ctx: RequestContext, group_id: str, requested) -> list[dict]:
     ctx.access.require_group(Operation.DESCRIBE, group_id)
     committed = ctx.groups.committed(group_id)
     may_describe = ctx.access.allowed_topic
@@ -102,7 +103,7 @@ def _fetch_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.OFFSET_FETCH, error=_fetch_error)
-async def handle_offset_fetch(ctx, request: Request):
+async def handle_offset_fetch(ctx: RequestContext, request: Request):
     body = request.body
     if hasattr(body, "groups"):  # v8+: several groups at once, each with its own error
         groups = []
@@ -139,7 +140,7 @@ def _delete_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.OFFSET_DELETE, error=_delete_error)
-async def handle_offset_delete(ctx, request: Request):
+async def handle_offset_delete(ctx: RequestContext, request: Request):
     body = request.body
     ctx.access.require_group(Operation.DELETE, body.group_id)
     ctx.groups.check_coordinator(body.group_id)

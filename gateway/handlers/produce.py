@@ -13,6 +13,8 @@ from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 from kafscale.protocol.records import validate_record_set
 
+from ..context import RequestContext
+from ..partition_log import PartitionLog
 from ..security.acl import Operation
 from .base import leader_hint, register, respond
 
@@ -34,7 +36,7 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.PRODUCE, error=_error, ordered=True)
-async def handle_produce(ctx, request: Request, admitted):
+async def handle_produce(ctx: RequestContext, request: Request, admitted):
     body = request.body
     config = ctx.config
     if body.acks not in (0, 1, -1):
@@ -57,7 +59,7 @@ async def handle_produce(ctx, request: Request, admitted):
                 await ctx.logs.ensure_topic(topic.name)
             except KafkaError as exc:
                 unusable[topic.name] = exc  # answered per partition below
-    logs = {}
+    logs: dict[tuple[str, int], PartitionLog | KafkaError] = {}
     for topic in body.topic_data:
         for part in topic.partition_data:
             try:

@@ -6,6 +6,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
@@ -17,7 +18,7 @@ def _error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.INIT_PRODUCER_ID, error=_error)
-async def handle_init_producer_id(ctx, request: Request):
+async def handle_init_producer_id(ctx: RequestContext, request: Request):
     body = request.body
     if body.transactional_id is not None:
         return _error(request, ErrorCode.transactional_id_authorization_failed)

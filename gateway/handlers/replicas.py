@@ -10,13 +10,14 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from .base import register, respond
 
 _NOT_REPLICATED = "each partition has one replica; the object store replicates the data"
 
 
-def _partition_error(ctx, topic: str, partition: int) -> ErrorCode | None:
+def _partition_error(ctx: RequestContext, topic: str, partition: int) -> ErrorCode | None:
     """Why the partition cannot be addressed at all, or None."""
     info = ctx.logs.topics().get(topic)
     if info is None or not 0 <= partition < info.partitions:
@@ -35,7 +36,7 @@ def _elect_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.ELECT_LEADERS, error=_elect_error)
-async def handle_elect_leaders(ctx, request: Request):
+async def handle_elect_leaders(ctx: RequestContext, request: Request):
     ctx.access.require_cluster(Operation.ALTER)
     # With no partitions named, Kafka elects where an election is needed: nowhere here.
     results = []
@@ -57,7 +58,7 @@ async def handle_elect_leaders(ctx, request: Request):
 
 @register(ApiKey.LIST_PARTITION_REASSIGNMENTS, error=lambda request, code: respond(
     request, dict(error_code=code, error_message=None, topics=[])))
-async def handle_list_partition_reassignments(ctx, request: Request):
+async def handle_list_partition_reassignments(ctx: RequestContext, request: Request):
     ctx.access.require_cluster(Operation.DESCRIBE)
     return respond(request, dict(error_code=ErrorCode.none, error_message=None, topics=[]))
 
@@ -69,7 +70,7 @@ def _alter_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.ALTER_PARTITION_REASSIGNMENTS, error=_alter_error)
-async def handle_alter_partition_reassignments(ctx, request: Request):
+async def handle_alter_partition_reassignments(ctx: RequestContext, request: Request):
     ctx.access.require_cluster(Operation.ALTER)
     responses = []
     for topic in request.body.topics:
@@ -81,7 +82,7 @@ async def handle_alter_partition_reassignments(ctx, request: Request):
     return respond(request, dict(error_code=ErrorCode.none, error_message=None, responses=responses))
 
 
-def _reassign(ctx, topic: str, partition: int, replicas) -> tuple[ErrorCode, str | None]:
+def _reassign(ctx: RequestContext, topic: str, partition: int, replicas) -> tuple[ErrorCode, str | None]:
     code = _partition_error(ctx, topic, partition)
     if code is not None:
         return code, None
@@ -103,7 +104,7 @@ def _log_dirs_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.ALTER_REPLICA_LOG_DIRS, error=_log_dirs_error)
-async def handle_alter_replica_log_dirs(ctx, request: Request):
+async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Request):
     ctx.access.require_cluster(Operation.ALTER)
     only_dir = ctx.logs.store.describe()  # what DescribeLogDirs reports as the one log dir
     results = []

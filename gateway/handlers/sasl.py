@@ -13,6 +13,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from .base import register, respond
 
 
@@ -21,7 +22,7 @@ def _handshake_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.SASL_HANDSHAKE, error=_handshake_error, ordered=True)
-async def handle_sasl_handshake(ctx, request: Request, admitted):
+async def handle_sasl_handshake(ctx: RequestContext, request: Request, admitted):
     session = ctx.session
     code = ctx.access.handshake(request.body.mechanism)
     session.raw_tokens = code == ErrorCode.none and request.header.api_version == 0
@@ -34,7 +35,7 @@ def _authenticate_error(request: Request, code: ErrorCode, message: str | None =
 
 
 @register(ApiKey.SASL_AUTHENTICATE, error=_authenticate_error, ordered=True, closes_on_error=True)
-async def handle_sasl_authenticate(ctx, request: Request, admitted):
+async def handle_sasl_authenticate(ctx: RequestContext, request: Request, admitted):
     try:
         token, lifetime_ms = await ctx.access.authenticate(request.body.auth_bytes)
     except KafkaError as exc:

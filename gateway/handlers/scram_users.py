@@ -12,6 +12,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..security.acl import Operation
 from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted, mechanism_code, mechanism_name
 from .base import register, respond
@@ -27,12 +28,12 @@ def _describe_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, error=_describe_error)
-async def handle_describe_user_scram_credentials(ctx, request: Request):
+async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Request):
     if not ctx.access.allowed_cluster(Operation.DESCRIBE):
         return _describe_error(request, ErrorCode.cluster_authorization_failed)
     users = ctx.access.store.users
     names = sorted(users) if not request.body.users else [user.name for user in request.body.users]
-    results = []
+    results: list[dict] = []
     for name in dict.fromkeys(names):
         mechanisms = users.get(name)
         if names.count(name) > 1:
@@ -53,7 +54,7 @@ def _alter_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, error=_alter_error)
-async def handle_alter_user_scram_credentials(ctx, request: Request):
+async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Request):
     if not ctx.access.allowed_cluster(Operation.ALTER):
         return _alter_error(request, ErrorCode.cluster_authorization_failed)
     body = request.body

@@ -8,6 +8,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
+from ..context import RequestContext
 from ..logs import validate_topic_name
 from ..security.acl import Operation
 from ..topic_configs import validate_topic_configs
@@ -30,7 +31,7 @@ def _create_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.CREATE_TOPICS, error=_create_error)
-async def handle_create_topics(ctx, request: Request):
+async def handle_create_topics(ctx: RequestContext, request: Request):
     body = request.body
     results = []
     seen: set[str] = set()
@@ -43,7 +44,7 @@ async def handle_create_topics(ctx, request: Request):
     return respond(request, dict(topics=results))
 
 
-async def _create_one(ctx, topic, validate_only: bool) -> dict:
+async def _create_one(ctx: RequestContext, topic, validate_only: bool) -> dict:
     name = topic.name
     if not ctx.access.may_create_topic(name):
         return _create_entry(name, ErrorCode.topic_authorization_failed, "CREATE is not allowed")
@@ -89,7 +90,7 @@ def _delete_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.DELETE_TOPICS, error=_delete_error)
-async def handle_delete_topics(ctx, request: Request):
+async def handle_delete_topics(ctx: RequestContext, request: Request):
     responses = []
     for name, topic_id in _delete_targets(request):
         topics = ctx.logs.metadata.topics()  # a topic not served for its size can still be deleted
@@ -98,6 +99,10 @@ async def handle_delete_topics(ctx, request: Request):
             if name is None:
                 responses.append(dict(name=None, topic_id=topic_id, error_code=ErrorCode.unknown_topic_id))
                 continue
+        if name is None:  # neither a name nor an id
+            responses.append(dict(name=None, topic_id=topic_id, error_code=ErrorCode.invalid_request,
+                                  error_message="a topic to delete needs a name or an id"))
+            continue
         if not ctx.access.allowed_topic(Operation.DELETE, name):
             responses.append(dict(name=name, topic_id=topic_id, error_code=ErrorCode.topic_authorization_failed,
                                   error_message="DELETE is not allowed"))
