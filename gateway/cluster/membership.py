@@ -60,7 +60,6 @@ class ClusterMember:
         host, port = config.network.advertised
         self.me = Broker(config.network.node_id, host, port, endpoints)
         self._etcd = etcd
-        self._metadata = metadata
         self._root = root
         self._ttl_s = max(2, -(-config.cluster.lease_ttl_ms // 1000))
         self._refresh_s = config.cluster.cluster_refresh_ms / 1000
@@ -201,7 +200,7 @@ class ClusterMember:
         """Whether this gateway may hand over and claim units now (registered, lease valid)."""
         return self.lease_valid() and self.node_id in self.view.brokers
 
-    def holds(self, unit: tuple[str, int], owner: Owner) -> bool:
+    def holds(self, owner: Owner) -> bool:
         """Whether ``owner`` (an entry of the view) is this gateway under its current lease."""
         return owner.node_id == self.node_id and owner.lease == self._lease
 

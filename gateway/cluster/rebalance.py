@@ -75,7 +75,7 @@ class Rebalancer:
         if member.may_claim():
             desired = await self._desired(tuple(sorted(brokers)), topics)
             giving_up = [(unit, owner) for unit, owner in sorted(owners.items())
-                         if member.holds(unit, owner) and desired.get(unit) != member.node_id]
+                         if member.holds(owner) and desired.get(unit) != member.node_id]
             if giving_up:
                 await self._release(giving_up)
             claiming = [unit for unit, node in sorted(desired.items()) if node == member.node_id and unit not in owners]
