@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Protocol
 
 import trio
@@ -98,7 +97,7 @@ async def compact(partition_log: PartitionLog) -> int:
                     builder = SegmentBuilder(batch.base_offset)
                 elif builder.body_size + batch.size > limit or batch.base_offset != builder.next_offset:
                     break  # full, or damaged batches next: the rest goes in the next segment
-                builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])
+                builder.append(loaded.batch_bytes(batch), [batch.at(position=0)])
                 start = batch.last_offset + 1
             else:
                 continue

@@ -22,7 +22,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 import trio
 
@@ -216,7 +215,7 @@ class LogWriter:
             batches: list[BatchHeader] = []
             position = 0
             for record_set, stamped in pending.record_sets:
-                batches.extend(replace(header, position=position + header.position) for header in stamped)
+                batches.extend(header.at(position=position + header.position) for header in stamped)
                 parts.append(record_set)
                 position += len(record_set)
             partition_log.written(entry, EntryBatches(parts[0] if len(parts) == 1 else b"".join(parts), batches))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 
 import trio
 
@@ -98,7 +97,7 @@ async def merge(partition_log: PartitionLog) -> int:
             return 0  # rewritten by another merger since this gateway loaded the partition: not ours to merge now
         builder = SegmentBuilder(first.base_offset)
         for batch in head.batches:
-            builder.append(head.batch_bytes(batch), [replace(batch, position=0)])
+            builder.append(head.batch_bytes(batch), [batch.at(position=0)])
         del data, head
         for piece in run[1:]:
             loaded = await partition_log.load_piece(piece, keep=False)
@@ -106,7 +105,7 @@ async def merge(partition_log: PartitionLog) -> int:
                 return 0  # reported when it was read; a damaged segment is left as it is
             for batch in loaded.batches:
                 if batch.last_offset >= builder.next_offset:
-                    builder.append(loaded.batch_bytes(batch), [replace(batch, position=0)])
+                    builder.append(loaded.batch_bytes(batch), [batch.at(position=0)])
         merged = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
         index = build_index(builder.batches, settings.index_interval, len(merged))
         namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition

@@ -90,11 +90,20 @@ class FlushTicket:
             self.error = error
             self._done.set()
 
+    @property
+    def done(self) -> bool:
+        """Whether the outcome is known (durable, failed, or in doubt)."""
+        return self._done.is_set()
+
+    def check(self) -> None:
+        """Once done: raise if the append failed or is in doubt."""
+        if self.error is not None:
+            raise self.error
+
     async def wait(self) -> None:
         """Return once the append is durable; raise if it failed or is in doubt."""
         await self._done.wait()
-        if self.error is not None:
-            raise self.error
+        self.check()
 
 
 @dataclass(slots=True)

@@ -4,7 +4,6 @@ of torn ones."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.layout import segment_key, segment_partition
@@ -56,7 +55,7 @@ async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: Da
             builder = SegmentBuilder(run[0].base_offset)
             for batch in run:
                 builder.append(memoryview(data)[batch.position:batch.position + batch.size],
-                               [replace(batch, position=0)])
+                               [batch.at(position=0)])
             sealed = builder.seal(int(time.time() * 1000))
             run_key = segment_key(namespace, topic, partition, run[0].base_offset)
             try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from crc32c import crc32c
@@ -89,6 +89,15 @@ class BatchHeader:
     def size(self) -> int:
         """Bytes of the whole batch, header included."""
         return self.batch_length + _OVERHEAD
+
+    def at(self, *, base_offset: int | None = None, position: int | None = None) -> BatchHeader:
+        """This header moved to another base offset or buffer position (on the produce path per
+        batch: the constructor is twice as fast as ``dataclasses.replace``)."""
+        return BatchHeader(self.base_offset if base_offset is None else base_offset, self.batch_length,
+                           self.partition_leader_epoch, self.magic, self.crc, self.attributes,
+                           self.last_offset_delta, self.base_timestamp, self.max_timestamp, self.producer_id,
+                           self.producer_epoch, self.base_sequence, self.records_count,
+                           self.position if position is None else position)
 
     @property
     def last_offset(self) -> int:
@@ -299,7 +308,7 @@ def restamp(
     next_offset = base_offset
     for header in headers:
         _BASE_OFFSET.pack_into(buffer, header.position, next_offset)
-        stamped.append(replace(header, base_offset=next_offset))
+        stamped.append(header.at(base_offset=next_offset))
         next_offset += header.last_offset_delta + 1
     return stamped
 

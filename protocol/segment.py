@@ -23,7 +23,7 @@ footer, wrong sizes, CRC mismatch) raises :class:`SegmentFormatError`.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from crc32c import crc32c
 
@@ -158,7 +158,7 @@ class SegmentBuilder:
 
 
 def _moved(header: BatchHeader, position: int) -> BatchHeader:
-    return replace(header, position=position)
+    return header.at(position=position)
 
 
 @dataclass(frozen=True, slots=True)

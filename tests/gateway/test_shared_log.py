@@ -10,6 +10,7 @@ import trio
 
 from kafscale.gateway.cache import ByteLRU
 from kafscale.gateway.compaction import Compactor, compact
+from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.logs import shared_log
 from kafscale.gateway.ownership import SoleGateway
 from kafscale.gateway.partition_log import LogSettings, PartitionLog
@@ -256,7 +257,7 @@ class _Manager:
     """What the compactor and janitor ask of the log manager."""
 
     def __init__(self, store, node, logs, node_id=0):
-        self.config = type("C", (), {"node_id": node_id, "namespace": "ns"})
+        self.config = GatewayConfig.of(node_id=node_id, namespace="ns", storage="memory://")
         self.objects, self.writer, self.store, self.damage = node.objects, node.writer, store, node.damage
         self.ownership = SoleGateway(node_id, "127.0.0.1", 9092)
         self._logs = logs

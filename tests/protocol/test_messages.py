@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.static.primitive import Records, i64Timedelta
+from kio.static.primitive import Records, TZAware, i64Timedelta
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, version_range
 from kafscale.protocol.errors import KafkaError, MalformedFrame, ProtocolError, UnsupportedVersion
@@ -29,6 +29,14 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 _MAX_MS = 2**53 // 1000
 st.register_type_strategy(i64Timedelta, st.integers(-_MAX_MS, _MAX_MS).map(
     lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))))
+
+# Timestamps are Kafka int64 milliseconds since the epoch, decoded in UTC. kio's strategy
+# draws them in any zone, and one in a DST fold (Europe/London, 1976-10-24 02:00) never
+# equals its UTC twin (PEP 495: inter-zone comparisons of ambiguous times are unequal).
+# Drawn in UTC, as they come off the wire: the same instants, comparable.
+# (kio's TZAware takes whole seconds only.)
+st.register_type_strategy(TZAware, st.integers(0, 253_402_300_799).map(  # to 9999-12-31
+    lambda seconds: TZAware.parse(datetime.datetime.fromtimestamp(seconds, datetime.UTC))))
 
 SERVED = [(key, version) for key, r in SERVED_VERSIONS.items() for version in range(r.min_version, r.max_version + 1)]
 # Legacy versions with their own layout are round-tripped in test_legacy_versions.py; those
