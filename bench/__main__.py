@@ -16,12 +16,14 @@ from . import (
     report,
     security_bench,
     spark_bench,
+    wide_bench,
 )
 
 SECTIONS = {
     "protocol": protocol_bench.run,
     "limits": limits_bench.run,
     "broker": broker_bench.run,
+    "wide": wide_bench.run,
     "latency": latency_bench.run,
     "objects": objects_bench.run,
     "billable": billable_bench.run,

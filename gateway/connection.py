@@ -110,7 +110,7 @@ class Connection:
             deadline = request_deadline
             if deadline is None:
                 deadline = trio.current_time() + config.limits.connections_max_idle_ms / 1000
-            with trio.move_on_at(deadline):
+            with trio.CancelScope(deadline=deadline):  # move_on_at, without its generator
                 try:
                     return await self.stream.receive_some(65536)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -171,7 +171,19 @@ class Connection:
                 await self._queue(send_slots, slot)
                 continue
             await self._queue(send_slots, slot)
-            await nursery.start(self._handle, event.handler, event.request, slot)
+            # The next request is read once this one is admitted (at once, or for an ordered
+            # handler once its effects are ordered). An event, not nursery.start, which builds
+            # a nursery per request.
+            admitted, scope = trio.Event(), trio.CancelScope()
+            nursery.start_soon(self._handle, event.handler, event.request, slot, admitted, scope)
+            try:
+                await admitted.wait()
+            except trio.Cancelled:
+                # Shutdown stopped reading while this handler was still being admitted (a
+                # delayed authentication failure): it has had no effect, and is not waited for.
+                if not admitted.is_set():
+                    scope.cancel()
+                raise
             if self.session.closing:
                 return  # answered (authentication failed); read nothing more
 
@@ -228,23 +240,19 @@ class Connection:
         self.ctx.metrics.protocol_errors.inc()
         log.warning("closing connection from %s: %s", self.peer, exc)
 
-    async def _handle(self, handler: Handler, request: Request, slot: _Slot, task_status=trio.TASK_STATUS_IGNORED):
+    async def _handle(self, handler: Handler, request: Request, slot: _Slot, admitted: trio.Event,
+                      scope: trio.CancelScope) -> None:
         try:
-            await self._run(handler, request, slot, task_status)
+            with scope:
+                await self._run(handler, request, slot, admitted)
         finally:
-            # Even when cancelled (shutdown stops the reader while an ordered handler, such
-            # as a delayed authentication failure, is still being admitted), or the writer
-            # would wait for this answer until the grace period ends.
+            admitted.set()  # whatever happened, the reader goes on
+            # Even when cancelled (at the end of the grace period), or the writer would wait
+            # for this answer.
             slot.done.set()
 
-    async def _run(self, handler: Handler, request: Request, slot: _Slot, task_status) -> None:
-        admitted_flag = False
-
-        def admitted() -> None:
-            nonlocal admitted_flag
-            if not admitted_flag:
-                admitted_flag = True
-                task_status.started()
+    async def _run(self, handler: Handler, request: Request, slot: _Slot, admitted_event: trio.Event) -> None:
+        admitted = admitted_event.set
 
         api = handler.api_key.name
         context = RequestContext(self.ctx, self.session, slot.memory)
@@ -254,11 +262,14 @@ class Connection:
             admitted()
         try:
             timeout = handler.timeout(request) if handler.timeout else self.ctx.config.limits.request_timeout_ms / 1000
-            with trio.fail_after(timeout + 1):
+            # fail_after, without its generator (one of a few cancel scopes per request)
+            with trio.CancelScope(deadline=trio.current_time() + timeout + 1) as deadline:
                 if handler.ordered:
                     body = await handler.handle(context, request, admitted)
                 else:
                     body = await handler.handle(context, request)
+            if deadline.cancelled_caught:
+                raise trio.TooSlowError
         except Exception as exc:
             body = self._failure(handler, request, exc)
         finally:
@@ -306,7 +317,7 @@ class Connection:
         pieces += [view[start:start + _SEND_CHUNK] for start in range(_SEND_CHUNK, len(view), _SEND_CHUNK)]
         stall = self.ctx.config.limits.connection_stall_ms / 1000
         for piece in pieces:
-            with trio.move_on_after(stall) as scope:
+            with trio.CancelScope(deadline=trio.current_time() + stall) as scope:
                 await self.stream.send_all(piece)
             if scope.cancelled_caught:
                 raise _Closing(f"the client took none of a response for {self.ctx.config.limits.connection_stall_ms} ms")

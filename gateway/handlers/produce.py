@@ -113,7 +113,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
     # until its flush is done, so a client producing with acks=0 faster than the store
     # writes is held back instead of filling the partition buffers.
     timeout = max(to_millis(body.timeout), 0) / 1000 or config.limits.request_timeout_ms / 1000
-    with trio.move_on_after(min(timeout, config.limits.request_timeout_ms / 1000)):
+    with trio.CancelScope(deadline=trio.current_time() + min(timeout, config.limits.request_timeout_ms / 1000)):
         for key, index, base_offset, ticket, target in waits:
             try:
                 # Most tickets of a request complete in the same flush: once one is done the
