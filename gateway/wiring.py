@@ -17,7 +17,6 @@ The server and the tests build gateways here, so what is tested is what runs.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 
 import trio
 
@@ -125,8 +124,9 @@ Coordination = Embedded | Clustered
 
 
 class Gateway:
-    """Every part of one gateway, built and wired; :meth:`start` loads and joins, :meth:`run`
-    runs the background work, :meth:`stop` flushes what was accepted and leaves."""
+    """Every part of one gateway, built and wired: :meth:`start` loads and joins, :meth:`run`
+    runs the background work; at shutdown :meth:`flush` writes what was accepted, :meth:`leave`
+    hands the gateway's partitions over and :meth:`aclose` closes the metadata store's client."""
 
     def __init__(self, config: GatewayConfig, store: AsyncStore, metrics: Metrics, metadata: MetadataStore,
                  security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
@@ -191,7 +191,10 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
     metrics = Metrics()
     settings = GroupSettings(config.groups.group_min_session_timeout_ms, config.groups.group_max_session_timeout_ms,
                              config.groups.group_initial_rebalance_delay_ms)
-    count_rebalance: Callable[[str], None] = lambda group_id: metrics.rebalances.inc()  # noqa: E731
+
+    def count_rebalance(group_id: str) -> None:
+        metrics.rebalances.inc()
+
     metadata: MetadataStore
     security: SecurityStore
     coordination: Coordination
