@@ -52,7 +52,7 @@ class Mode(enum.Enum):
 
     @classmethod
     def of(cls, config: GatewayConfig) -> Mode:
-        return cls.CLUSTER if config.cluster.etcd_endpoints else cls.EMBEDDED
+        return cls.CLUSTER if config.cluster.enabled else cls.EMBEDDED
 
 
 async def open_storage(config: GatewayConfig) -> tuple[ObjectStore, AsyncStore]:
