@@ -319,3 +319,21 @@ async def test_acks_0_produce_holds_its_memory_until_its_flush(nursery):
     await _until(lambda: running.budget.used == 0)
     body = await client.call(1, 12, fetch("fire", 0, 100), correlation_id=2)
     assert b"z" * 1000 in body.responses[0].partitions[0].records
+
+
+async def test_a_topic_named_by_neither_name_nor_id_is_refused_without_reaching_the_catalog(nursery):
+    """DeleteTopics v6 and Metadata v12 let a client send a topic entry with no name and no id:
+    it is refused as such, never passed on as a topic named None."""
+    import uuid
+
+    running, shutdown = await _start(nursery)
+    client = await _connect(running)
+    deleted = await client.call(20, 6, build(request_class(20, 6), dict(
+        topics=[dict(name=None, topic_id=None)], timeout=5000)))
+    assert deleted.responses[0].error_code == ErrorCode.invalid_request
+    metadata = await client.call(3, 12, build(request_class(3, 12), dict(
+        topics=[dict(name=None, topic_id=uuid.UUID(int=0))], allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False)), correlation_id=2)
+    assert [t.error_code for t in metadata.topics] == [ErrorCode.invalid_topic_exception]
+    assert running.context.logs.topics() == {}
+    shutdown.set()
