@@ -256,7 +256,8 @@ class Connection:
 
         api = handler.api_key.name
         context = RequestContext(self.ctx, self.session, slot.memory)
-        self.ctx.metrics.requests.labels(api, str(request.header.api_version)).inc()
+        counted, timed = self.ctx.metrics.request_metrics(api, request.header.api_version)
+        counted.inc()
         started = time.perf_counter()
         if not handler.ordered:
             admitted()
@@ -288,7 +289,7 @@ class Connection:
             log.exception("encoding the %s response for %s failed; closing", api, self.peer)
             self.ctx.metrics.request_errors.labels(api).inc()
             slot.close_after = True
-        self.ctx.metrics.request_seconds.labels(api).observe(time.perf_counter() - started)
+        timed.observe(time.perf_counter() - started)
         slot.done.set()
 
     async def _write(self, receive_slots, scope: trio.CancelScope) -> None:

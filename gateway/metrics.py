@@ -23,6 +23,9 @@ class Metrics:
             "kafscale_request_seconds", "Time to answer a request", ["api"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
+        # Each request counts once and is timed once: the labelled children are looked up per
+        # API (and version) once, not on every request (labels() costs a few µs each time).
+        self._request_children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.connections = Gauge("kafscale_connections", "Open client connections", registry=self.registry)
         self.produced_bytes = Counter(
             "kafscale_produced_bytes_total", "Record-batch bytes accepted", registry=self.registry
@@ -50,6 +53,15 @@ class Metrics:
         self.inflight_bytes = Gauge(
             "kafscale_inflight_request_bytes", "Request and unsent response bytes held for clients", registry=self.registry
         )
+
+    def request_metrics(self, api: str, version: int) -> tuple[Counter, Histogram]:
+        """(requests counter, request-seconds histogram) of one API version."""
+        key = (api, version)
+        found = self._request_children.get(key)
+        if found is None:
+            found = self._request_children[key] = (self.requests.labels(api, str(version)),
+                                                   self.request_seconds.labels(api))
+        return found
 
     def watch_log(self, logs) -> None:
         """The shared log: what reaches the store, and what compaction still has to do. Totals

@@ -42,6 +42,10 @@ async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nu
             expected.append(1000 + i)
     assert order == expected
     assert offsets == list(range(50))  # arrival order is offset order
+    registry = running.context.metrics.registry
+    assert registry.get_sample_value("kafscale_requests_total", {"api": "PRODUCE", "version": "9"}) == 50
+    assert registry.get_sample_value("kafscale_request_seconds_count", {"api": "PRODUCE"}) == 50
+    assert registry.get_sample_value("kafscale_requests_total", {"api": "API_VERSIONS", "version": "3"}) == 5
     shutdown.set()
 
 
