@@ -67,6 +67,10 @@ class ByteLRU(Generic[V]):
             del self._loads[key]
             pending.done.set()  # a cancelled load: the readers waiting for it load it themselves
 
+    def __contains__(self, key: str) -> bool:
+        """Whether ``key`` is held (no hit or miss counted, its place in the order kept)."""
+        return key in self._items
+
     def get(self, key: str) -> V | None:
         item = self._items.get(key)
         if item is None:

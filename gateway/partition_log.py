@@ -324,7 +324,7 @@ class PartitionLog:
         return self.pieces[:bisect.bisect_left(self._bases, self.compacted_end)]
 
     def cached(self, piece: Piece) -> bool:
-        return self.cache.get(piece.cache_key) is not None
+        return piece.cache_key in self.cache
 
     async def load_piece(self, piece: Piece, *, keep: bool = True) -> Segment | EntryBatches:
         """A piece's batches, through the cache; ``keep=False`` (compaction) does not put what

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from kafscale.protocol import stored_log as reads
-from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
+from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.index import SegmentIndex, build_index
-from kafscale.protocol.layout import index_key
-from kafscale.protocol.log_view import Piece, first_record_at
+from kafscale.protocol.log_view import SEGMENT, Piece, first_record_at
 from kafscale.protocol.records import iter_records
 from kafscale.storage_backends import StorageError
 
@@ -24,33 +23,44 @@ async def max_timestamp(partition_log: PartitionLog, piece: Piece) -> int:
         return piece.max_timestamp
     known = partition_log.segment_max_timestamps.get(piece.cache_key)
     if known is None:
-        settings = partition_log.settings
-        try:
-            index = SegmentIndex.decode(await partition_log.store.get(
-                index_key(settings.namespace, partition_log.topic, partition_log.partition, piece.base_offset)))
-            if not index.describes(piece.size):
-                raise SegmentFormatError(f"the index of {piece.key} is not the one of its {piece.size} bytes")
-            known = index.max_timestamp
-        except (StorageError, SegmentFormatError):
-            known = build_index((await partition_log.load_piece(piece)).batches).max_timestamp
+        index = await _segment_index(partition_log, piece)
+        if index is not None:
+            return index.max_timestamp
+        known = build_index((await partition_log.load_piece(piece)).batches).max_timestamp
         partition_log.remember_max_timestamp(piece, known)
     return known
 
 
+async def _segment_index(partition_log: PartitionLog, piece: Piece) -> SegmentIndex | None:
+    """The segment's usable sparse index (its greatest timestamp remembered), or ``None``."""
+    try:
+        index = await stored_log.read(partition_log.store, reads.segment_index(piece))
+    except StorageError:
+        return None  # derived data: the segment itself still answers
+    if index is not None:
+        partition_log.remember_max_timestamp(piece, index.max_timestamp)
+    return index
+
+
 async def offset_for_timestamp(partition_log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
     """First (offset, timestamp) whose timestamp is ``>= timestamp``, or ``None``. A segment
-    not in the cache is searched through its sparse index (one span read, not the whole
-    segment); the rest is loaded through the cache."""
+    not in the cache is searched through its sparse index, read once (its greatest timestamp
+    and the one span needed, not the whole segment); the rest is loaded through the cache."""
     low, high = partition_log.log_start_offset, partition_log.high_watermark
     for piece in partition_log.pieces_from(low):
-        if await max_timestamp(partition_log, piece) < timestamp:
+        known = piece.max_timestamp if piece.max_timestamp is not None else \
+            partition_log.segment_max_timestamps.get(piece.cache_key)
+        if known is not None and known < timestamp:
             continue
         found = reads.LOAD_WHOLE
-        if not partition_log.cached(piece):
-            try:
-                found = await stored_log.read(partition_log.store, reads.first_at_timestamp(piece, timestamp, low, high))
-            except StorageError as exc:
-                raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc
+        if piece.kind == SEGMENT and not partition_log.cached(piece):
+            index = await _segment_index(partition_log, piece)
+            if index is not None:
+                try:  # None when no span reaches the timestamp
+                    found = await stored_log.read(partition_log.store,
+                                                  reads.first_in_spans(piece, index, timestamp, low, high))
+                except StorageError as exc:
+                    raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc
         if found is reads.LOAD_WHOLE:
             loaded = await partition_log.load_piece(piece)
             found = first_record_at(loaded.data, loaded.batches, timestamp, low, high)

@@ -37,7 +37,9 @@ __all__ = [
     "RepairTorn",
     "MISSING",
     "LOAD_WHOLE",
+    "segment_index",
     "first_at_timestamp",
+    "first_in_spans",
     "Read",
     "Reader",
     "SegmentListing",
@@ -214,25 +216,42 @@ def read_directory(key: str, size: int) -> Reader[LogObjectDirectory | None]:
     return found
 
 
+def segment_index(piece: Piece) -> Reader[SegmentIndex | None]:
+    """The segment's sparse index if it has a usable one: present, intact, written for this
+    size of the segment (a merge grows a segment at its key), with timestamps (version 2+).
+    ``None`` otherwise: the index is derived data, the segment itself still answers."""
+    if piece.kind != SEGMENT:
+        return None
+    (raw,) = yield [ReadObject(index_key_of_segment(piece.key))]
+    if raw is MISSING:
+        return None
+    try:
+        index = SegmentIndex.decode(raw)
+    except SegmentFormatError:
+        return None
+    if index.version < 2 or not index.describes(piece.size) or not index.entries:
+        return None
+    return index
+
+
 def first_at_timestamp(piece: Piece, timestamp: int, low: int, high: int,
                        *, skip_control: bool = False) -> Reader[tuple[int, int] | None]:
     """(offset, timestamp) of the piece's first record in ``[low, high)`` whose timestamp is
     at least ``timestamp`` (ListOffsets, Spark's startingTimestamp), through the segment's
-    sparse index: the index, then only the spans of batches whose greatest timestamp
-    reaches ``timestamp``, one ranged read each, until one holds the record. A piece without
-    a usable index (a log-object entry, a small segment, an index of another size) answers
+    sparse index (:func:`segment_index`, then :func:`first_in_spans`). A piece without a
+    usable index (a log-object entry, a small segment, an index of another size) answers
     :data:`LOAD_WHOLE`: the caller reads it whole (through its cache)."""
-    if piece.kind != SEGMENT:
+    index = yield from segment_index(piece)
+    if index is None:
         return LOAD_WHOLE
-    (raw,) = yield [ReadObject(index_key_of_segment(piece.key))]
-    if raw is MISSING:
-        return LOAD_WHOLE
-    try:
-        index = SegmentIndex.decode(raw)
-    except SegmentFormatError:
-        return LOAD_WHOLE  # derived data: the segment itself still answers
-    if index.version < 2 or not index.describes(piece.size) or not index.entries:
-        return LOAD_WHOLE
+    return (yield from first_in_spans(piece, index, timestamp, low, high, skip_control=skip_control))
+
+
+def first_in_spans(piece: Piece, index: SegmentIndex, timestamp: int, low: int, high: int,
+                   *, skip_control: bool = False) -> Reader[tuple[int, int] | None]:
+    """As :func:`first_at_timestamp`, with the segment's index already read: only the spans
+    between index entries whose greatest timestamp reaches ``timestamp`` are read, one
+    ranged read each, until one holds the record."""
     entries = index.entries
     body_end = piece.size - SEGMENT_FOOTER_SIZE
     for number, entry in enumerate(entries):
