@@ -216,5 +216,11 @@ def test_a_segment_without_a_usable_index_is_read_whole_by_the_caller():
     stale = _timed_segment([5, 6], 1, 1)[1]  # the index of the segment before a merge grew it
     objects = {key: data, index_key_of_segment(key): stale.encode()}
     assert Drive(objects).run(reads.first_at_timestamp(piece, 6, 0, 3)) is reads.LOAD_WHOLE
+    from kafscale.protocol.index import SegmentIndex
+
+    without_timestamps = SegmentIndex(index.entries, index.interval, version=1)  # an early format's
+    objects[index_key_of_segment(key)] = without_timestamps.encode()
+    assert Drive(objects).run(reads.segment_index(piece)) is None
+    assert Drive(objects).run(reads.first_at_timestamp(piece, 6, 0, 3)) is reads.LOAD_WHOLE
     objects[index_key_of_segment(key)] = index.encode()
     assert Drive(objects).run(reads.first_at_timestamp(piece, 6, 0, 3)) == (1, 6)
