@@ -249,6 +249,12 @@ class LogConfig:
         50, "most of the gateway's time compaction may take: after each segment it pauses so that its "
         "work is at most this share (1-100)", minimum=1)
     index_interval: int = _opt(1000, "records between sparse index entries", minimum=1)
+    cleaner_dedupe_buffer_bytes: int = _opt(
+        128 * 2**20, "memory of the cleaner's key map (Kafka's log.cleaner.dedupe.buffer.size): a pass covers "
+        "as many dirty segments as have keys that fit, the rest waits for the next pass", minimum=64 * 2**10)
+    cleaner_backoff_ms: int = _opt(
+        15_000, "how often the cleaner looks for compacted partitions to clean (Kafka's log.cleaner.backoff.ms)",
+        minimum=10)
     producer_scan_bytes: int = _opt(
         8 * 2**20, "newest segment bytes read when a partition loads, to rebuild idempotent-producer state", minimum=0)
     max_message_bytes: int = _opt(1048588, "largest record batch accepted (Kafka's message.max.bytes)", minimum=1)
@@ -259,6 +265,9 @@ class TopicsConfig:
     """Topics: creation, limits on their number, retention checks."""
 
     retention_check_interval_ms: int = _opt(300_000, "how often retention deletes old segments", minimum=10)
+    log_cleanup_policy: str = _opt(
+        "delete", "cleanup.policy of topics that do not set one (Kafka's log.cleanup.policy)",
+        choices=("delete", "compact", "compact,delete", "delete,compact"))
     auto_create_topics: bool = _opt(True, "create unknown topics on Metadata and Produce, as Kafka does")
     default_partitions: int = _opt(1, "partitions of an auto-created topic", minimum=1)
     max_partitions_per_topic: int = _opt(

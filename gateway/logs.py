@@ -27,7 +27,7 @@ from .partition_log import LogSettings, PartitionLog
 from .recovery import recover
 from .retention import delete_before_log_start, enforce_retention
 from .storage import AsyncStore
-from .topic_configs import int_config
+from .topic_configs import TopicPolicy, topic_policy
 
 __all__ = ["LogManager", "SharedLog", "shared_log", "validate_topic_name"]
 
@@ -89,6 +89,7 @@ class LogManager:
         self._nursery: trio.Nursery | None = None
         self._catalog: dict[str, TopicInfo] | None = None  # the metadata store's dict, as last seen
         self._served: dict[str, TopicInfo] = {}
+        self._policies: dict[str, tuple[TopicInfo, TopicPolicy]] = {}
 
     async def start(self) -> None:
         """Before serving: fence earlier runs of this gateway, know the log objects, open
@@ -111,22 +112,31 @@ class LogManager:
                     log.exception("retention pass failed")
 
     def settings_for(self, info: TopicInfo) -> LogSettings:
-        segment_bytes = int_config(info.configs, "segment.bytes", self.config)
-        return LogSettings(self.config.storage.namespace, segment_bytes, self.config.log.index_interval,
+        return LogSettings(self.config.storage.namespace, self.policy(info).segment_bytes, self.config.log.index_interval,
                            self.config.log.producer_scan_bytes, self.config.compaction_max_delay_ms,
                            self.config.log.compaction_min_bytes)
 
+    def policy(self, info: TopicInfo | None) -> TopicPolicy:
+        """The topic's enforced configs (the broker's defaults for a topic not known); read on
+        every produce request, so kept per topic until its catalog entry changes."""
+        if info is None:
+            return topic_policy({}, self.config)
+        known = self._policies.get(info.name)
+        if known is None or known[0] is not info:
+            known = self._policies[info.name] = (info, topic_policy(info.configs, self.config))
+        return known[1]
+
     def max_message_bytes(self, topic: str) -> int:
-        info = self.topics().get(topic)
-        return int_config(info.configs if info else {}, "max.message.bytes", self.config)
+        return self.policy(self.topics().get(topic)).max_message_bytes
 
     async def enforce_retention(self, now_ms: int | None = None) -> int:
         """One retention pass over every partition of every topic; returns segments deleted."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         deleted = 0
         for info in list(self.topics().values()):
-            retention_ms = int_config(info.configs, "retention.ms", self.config)
-            retention_bytes = int_config(info.configs, "retention.bytes", self.config)
+            policy = self.policy(info)
+            if not policy.delete:
+                continue  # compact only: the cleaner removes what is superseded, nothing else goes
             for partition in range(info.partitions):
                 if partition % _YIELD_EVERY == 0:
                     await trio.lowlevel.checkpoint()
@@ -136,7 +146,7 @@ class LogManager:
                     partition_log = await self.get(info.name, partition)
                 except KafkaError:
                     continue
-                deleted += await enforce_retention(partition_log, retention_ms, retention_bytes, now_ms)
+                deleted += await enforce_retention(partition_log, policy.retention_ms, policy.retention_bytes, now_ms)
         return deleted
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:

@@ -31,7 +31,7 @@ def _entry(name, value, source, read_only, documentation, include_docs, config_t
                 documentation=documentation if include_docs else None)
 
 
-_BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7  # Kafka's ConfigType
+_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7  # Kafka's ConfigType
 
 
 # Broker configs Kafka 3.9 can change at run time (its DynamicBrokerConfig), so it reports them
@@ -69,7 +69,15 @@ def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
         option("segment_bytes", "log.segment.bytes", _INT),
         fixed("log.retention.ms", topic_defaults["retention.ms"][0], _LONG),
         fixed("log.retention.bytes", topic_defaults["retention.bytes"][0], _LONG),
-        fixed("log.cleanup.policy", topic_defaults["cleanup.policy"][0], _LIST),
+        option("log_cleanup_policy", "log.cleanup.policy", _LIST),
+        fixed("log.cleaner.delete.retention.ms", topic_defaults["delete.retention.ms"][0], _LONG),
+        fixed("log.cleaner.min.compaction.lag.ms", topic_defaults["min.compaction.lag.ms"][0], _LONG),
+        fixed("log.cleaner.max.compaction.lag.ms", topic_defaults["max.compaction.lag.ms"][0], _LONG),
+        fixed("log.cleaner.min.cleanable.ratio", topic_defaults["min.cleanable.dirty.ratio"][0], _DOUBLE),
+        option("cleaner_dedupe_buffer_bytes", "log.cleaner.dedupe.buffer.size", _LONG),
+        fixed("log.cleaner.enable", "true", _BOOLEAN),
+        fixed("compression.type", topic_defaults["compression.type"][0], _STRING),
+        fixed("log.message.timestamp.type", topic_defaults["message.timestamp.type"][0], _STRING),
         option("retention_check_interval_ms", "log.retention.check.interval.ms", _LONG),
         option("auto_create_topics", "auto.create.topics.enable", _BOOLEAN),
         option("default_partitions", "num.partitions", _INT),

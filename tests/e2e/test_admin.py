@@ -99,9 +99,15 @@ def test_topic_configs_describe_alter_incremental(admin_gateway):
     producer.flush(10)
     assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE"  # the topic's limit applies
 
+    # APPEND compact to delete, then SUBTRACT it back (what Connect's topic checks read).
+    for operation, policy in ((AlterConfigOpType.APPEND, "delete,compact"), (AlterConfigOpType.SUBTRACT, "delete")):
+        admin.incremental_alter_configs([ConfigResource("topic", "cfg", incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=operation)])])[resource].result(10)
+        described = admin.describe_configs([resource])[resource].result(10)
+        assert described["cleanup.policy"].value == policy and not described["cleanup.policy"].is_default
     with pytest.raises(KafkaException, match="INVALID_CONFIG"):
         admin.incremental_alter_configs([ConfigResource("topic", "cfg", incremental_configs=[
-            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])])[resource].result(10)
+            ConfigEntry("cleanup.policy", "shred", incremental_operation=AlterConfigOpType.SET)])])[resource].result(10)
     with pytest.raises(KafkaException, match="INVALID_CONFIG"):
         admin.incremental_alter_configs([ConfigResource("topic", "cfg", incremental_configs=[
             ConfigEntry("colour", "blue", incremental_operation=AlterConfigOpType.SET)])])[resource].result(10)

@@ -53,12 +53,88 @@ async def test_append_and_subtract_on_a_list_config(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
     await _topic(client, "l")
-    # Appending what is there already changes nothing; compaction is refused as unsupported.
+    # Appending what is there already changes nothing.
     assert await _alter(client, "l", ("cleanup.policy", APPEND, "delete")) == ErrorCode.none
     assert (await _describe(client, "l"))["cleanup.policy"] == ("delete", TOPIC_CONFIG)
-    assert await _alter(client, "l", ("cleanup.policy", APPEND, "compact")) == ErrorCode.invalid_config
-    assert await _alter(client, "l", ("cleanup.policy", SUBTRACT, "delete")) == ErrorCode.invalid_config
+    assert await _alter(client, "l", ("cleanup.policy", APPEND, "compact")) == ErrorCode.none
+    assert (await _describe(client, "l"))["cleanup.policy"] == ("delete,compact", TOPIC_CONFIG)
+    assert running.context.logs.policy(running.context.logs.topics()["l"]).compact
+    assert await _alter(client, "l", ("cleanup.policy", SUBTRACT, "delete")) == ErrorCode.none
+    assert (await _describe(client, "l"))["cleanup.policy"] == ("compact", TOPIC_CONFIG)
+    assert not running.context.logs.policy(running.context.logs.topics()["l"]).delete
+    assert await _alter(client, "l", ("cleanup.policy", APPEND, "shrink")) == ErrorCode.invalid_config
     assert await _alter(client, "l", ("cleanup.policy", SUBTRACT, "compact")) == ErrorCode.none
     assert await _alter(client, "l", ("retention.ms", APPEND, "5")) == ErrorCode.invalid_config  # not a list
     assert await _alter(client, "l", ("cleanup.policy", DELETE, None)) == ErrorCode.none
     assert (await _describe(client, "l"))["cleanup.policy"] == ("delete", DEFAULT_CONFIG)
+
+
+# Every topic config Kafka 3.9 accepts, with a valid value (what Strimzi, Terraform and
+# topic scripts set), and values Kafka's validation refuses.
+_KAFKA_39_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact,delete", "compression.type": "zstd", "compression.gzip.level": "5",
+    "compression.lz4.level": "9", "compression.zstd.level": "3", "delete.retention.ms": "1000",
+    "file.delete.delay.ms": "60000", "flush.messages": "10000", "flush.ms": "1000",
+    "follower.replication.throttled.replicas": "0:1,1:2", "index.interval.bytes": "4096",
+    "leader.replication.throttled.replicas": "*", "local.retention.bytes": "-2", "local.retention.ms": "-2",
+    "max.compaction.lag.ms": "600000", "max.message.bytes": "2000000", "message.downconversion.enable": "false",
+    "message.format.version": "2.8", "message.timestamp.after.max.ms": "3600000",
+    "message.timestamp.before.max.ms": "86400000", "message.timestamp.difference.max.ms": "86400000",
+    "message.timestamp.type": "LogAppendTime", "min.cleanable.dirty.ratio": "0.1",
+    "min.compaction.lag.ms": "0", "min.insync.replicas": "2", "preallocate": "false",
+    "remote.log.copy.disable": "false", "remote.log.delete.on.disable": "false", "remote.storage.enable": "false",
+    "retention.bytes": "1073741824", "retention.ms": "86400000", "segment.bytes": "1048576",
+    "segment.index.bytes": "10485760", "segment.jitter.ms": "0", "segment.ms": "3600000",
+    "unclean.leader.election.enable": "false",
+}
+
+
+async def _create(client, name, configs):
+    body = await client.call(19, 5, build(request_class(19, 5), dict(
+        topics=[dict(name=name, num_partitions=1, replication_factor=3, assignments=[],
+                     configs=[dict(name=k, value=v) for k, v in configs.items()])],
+        timeout=5000, validate_only=False)))
+    return body.topics[0].error_code, body.topics[0].error_message
+
+
+async def test_every_kafka_topic_config_is_accepted_and_reported(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    assert await _create(client, "all", _KAFKA_39_TOPIC_CONFIGS) == (ErrorCode.none, None)
+    described = await _describe(client, "all")
+    assert {name: value for name, (value, _) in described.items()} == _KAFKA_39_TOPIC_CONFIGS
+    assert {source for _, source in described.values()} == {TOPIC_CONFIG}
+    policy = running.context.logs.policy(running.context.logs.topics()["all"])
+    assert policy.compact and policy.delete and policy.log_append_time and policy.compression == "zstd"
+
+
+@pytest.mark.parametrize("name, value", [
+    ("cleanup.policy", "compact,shred"), ("compression.type", "brotli"), ("min.insync.replicas", "0"),
+    ("min.cleanable.dirty.ratio", "1.5"), ("message.timestamp.type", "BrokerTime"), ("preallocate", "yes"),
+    ("segment.bytes", "13"), ("max.message.bytes", "2147483648"), ("retention.ms", "-2"),
+    ("leader.replication.throttled.replicas", "0-1"), ("delete.retention.ms", "soon"), ("no.such.config", "1"),
+])
+async def test_invalid_topic_configs_are_refused_as_kafka_refuses_them(nursery, name, value):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    code, message = await _create(client, "bad", {name: value})
+    assert code == ErrorCode.invalid_config and name in message
+    assert "bad" not in running.context.logs.topics()
+
+
+async def test_min_compaction_lag_above_the_max_is_a_conflict(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    code, _ = await _create(client, "lag", {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert code == ErrorCode.invalid_config
+    await _topic(client, "lag")
+    assert await _alter(client, "lag", ("max.compaction.lag.ms", SET, "5")) == ErrorCode.none
+    assert await _alter(client, "lag", ("min.compaction.lag.ms", SET, "10")) == ErrorCode.invalid_config
+
+
+async def test_the_broker_default_cleanup_policy_applies_to_topics_that_set_none(nursery):
+    running, _ = await start_gateway(nursery, log_cleanup_policy="compact")
+    client = await Client.connect(running.port)
+    await _topic(client, "c")
+    assert (await _describe(client, "c"))["cleanup.policy"] == ("compact", STATIC_BROKER_CONFIG)
+    assert running.context.logs.policy(running.context.logs.topics()["c"]).compact
