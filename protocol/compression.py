@@ -35,11 +35,12 @@ class Compression(enum.IntEnum):
     ZSTD = 4
 
 
-def compress(codec: Compression, data: bytes, *, xerial: bool = False) -> bytes:
+def compress(codec: Compression, data: bytes, *, xerial: bool = False, level: int | None = None) -> bytes:
+    """``level``: the codec's level (Kafka's compression.*.level), its default if ``None``."""
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
-        packer = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        packer = zlib.compressobj(6 if level is None or level < 0 else level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         return packer.compress(data) + packer.flush()
     if codec == Compression.SNAPPY:
         block = bytes(cramjam.snappy.compress_raw(data))
@@ -47,9 +48,9 @@ def compress(codec: Compression, data: bytes, *, xerial: bool = False) -> bytes:
             return block
         return _XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1) + _BLOCK_SIZE.pack(len(block)) + block
     if codec == Compression.LZ4:
-        return lz4.frame.compress(data)
+        return lz4.frame.compress(data) if level is None else lz4.frame.compress(data, compression_level=level)
     if codec == Compression.ZSTD:
-        return zstandard.ZstdCompressor(level=3).compress(data)
+        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
     raise CompressionError(f"unknown compression codec {int(codec)}")
 
 

@@ -4,6 +4,7 @@ answer once the group-committed flush is durable (acks 1 / -1) or at once (acks 
 from __future__ import annotations
 
 import logging
+import time
 
 import trio
 
@@ -11,21 +12,65 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
-from kafscale.protocol.records import validate_record_set
+from kafscale.protocol.record_policy import (
+    CODECS,
+    records_out_of_time,
+    records_without_key,
+    recompress,
+    stamp_log_append_time,
+)
+from kafscale.protocol.records import BatchHeader, split_batches, validate_record_set
 
 from ..context import RequestContext
 from ..partition_log import PartitionLog
 from ..security.acl import Operation
+from ..topic_configs import TopicPolicy
 from .base import leader_hint, register, respond
 
 log = logging.getLogger("kafscale.handlers.produce")
 
 
 def _partition(index: int, code: ErrorCode, base_offset: int = -1, log_start_offset: int = -1,
-               message: str | None = None) -> dict:
-    return dict(index=index, error_code=code, base_offset=base_offset, log_append_time=None,
-                log_start_offset=log_start_offset, record_errors=[], error_message=message,
+               message: str | None = None, record_errors: list[dict] | None = None,
+               log_append_time: int = -1) -> dict:
+    return dict(index=index, error_code=code, base_offset=base_offset, log_append_time=log_append_time,
+                log_start_offset=log_start_offset, record_errors=record_errors or [], error_message=message,
                 current_leader=dict(leader_id=-1, leader_epoch=-1))
+
+
+class RecordsRefused(Exception):
+    """Records the topic's configs refuse: the batch is not stored (Produce v8+ names them)."""
+
+    def __init__(self, code: ErrorCode, reason: str, indexes: list[int]) -> None:
+        super().__init__(f"{len(indexes)} record(s) refused: {reason} (first at batch index {indexes[0]})")
+        self.code = code
+        self.record_errors = [dict(batch_index=i, batch_index_error_message=reason) for i in indexes[:100]]
+
+
+def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHeader],
+                 now_ms: int) -> tuple[bytearray, list[BatchHeader]]:
+    """Check and rewrite a validated record set as the topic's configs ask, as Kafka's
+    LogValidator does: keys on compacted topics, CreateTime bounds, the topic's codec,
+    LogAppendTime."""
+    for header in headers:
+        if policy.compact and (keyless := records_without_key(records, header)):
+            raise RecordsRefused(ErrorCode.invalid_record,
+                                 "a compacted topic cannot accept a record without a key", keyless)
+        if policy.checks_timestamps and not policy.log_append_time:
+            late = records_out_of_time(records, header, now_ms - policy.timestamp_before_max_ms,
+                                       now_ms + policy.timestamp_after_max_ms)
+            if late:
+                raise RecordsRefused(ErrorCode.invalid_timestamp, "timestamp out of the range the topic accepts "
+                                     "(message.timestamp.before.max.ms / after.max.ms)", late)
+    codec = CODECS.get(policy.compression)
+    if codec is not None and any(header.compression != codec for header in headers):
+        records = bytearray(b"".join(
+            recompress(records, header, codec, policy.compression_level) if header.compression != codec
+            else bytes(records[header.position:header.position + header.size]) for header in headers))
+        headers = split_batches(records, check_crc=False)
+    if policy.log_append_time:
+        headers = [stamp_log_append_time(records, header, now_ms) for header in headers]
+    return records, headers
 
 
 def _error(request: Request, code: ErrorCode):
@@ -72,8 +117,10 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
     results: dict[tuple[str, int], dict] = {}
     waits = []
     produced_bytes = produced_records = 0
+    now_ms = int(time.time() * 1000)
     for topic in body.topic_data:
-        limit = ctx.logs.max_message_bytes(topic.name)
+        policy = ctx.logs.policy(ctx.logs.topics().get(topic.name))
+        limit = policy.max_message_bytes
         for part in topic.partition_data:
             key = (topic.name, part.index)
             target = logs[key]
@@ -98,13 +145,21 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 )
                 continue
             try:
-                base_offset, ticket = target.append(bytearray(records), headers)
+                stored, headers = apply_policy(policy, bytearray(records), headers, now_ms)
+                base_offset, ticket = target.append(stored, headers)
+            except RecordsRefused as exc:
+                results[key] = _partition(part.index, exc.code, message=str(exc), record_errors=exc.record_errors)
+                continue
+            except CorruptBatch as exc:  # a payload that does not recompress
+                results[key] = _partition(part.index, exc.code, message=str(exc))
+                continue
             except KafkaError as exc:
                 results[key] = _partition(part.index, exc.code, message=str(exc))
                 continue
             produced_bytes += len(records)
             produced_records += sum(h.records_count for h in headers)
-            waits.append((key, part.index, base_offset, ticket, target))
+            waits.append((key, part.index, base_offset, ticket, target,
+                          now_ms if policy.log_append_time else -1))
     ctx.metrics.produced_bytes.inc(produced_bytes)
     ctx.metrics.produced_records.inc(produced_records)
     admitted()
@@ -114,7 +169,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
     # writes is held back instead of filling the partition buffers.
     timeout = max(to_millis(body.timeout), 0) / 1000 or config.limits.request_timeout_ms / 1000
     with trio.CancelScope(deadline=trio.current_time() + min(timeout, config.limits.request_timeout_ms / 1000)):
-        for key, index, base_offset, ticket, target in waits:
+        for key, index, base_offset, ticket, target, append_time in waits:
             try:
                 # Most tickets of a request complete in the same flush: once one is done the
                 # others usually are too, and waiting on a set event would still cost a trip
@@ -126,7 +181,8 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
             except KafkaError as exc:
                 results[key] = _partition(index, exc.code, message=str(exc))
             else:
-                results[key] = _partition(index, ErrorCode.none, base_offset, target.log_start_offset)
+                results[key] = _partition(index, ErrorCode.none, base_offset, target.log_start_offset,
+                                          log_append_time=append_time)
     if body.acks == 0:
         return None
     for key, index, *_ in waits:
