@@ -15,6 +15,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topic_prefix
 
 from .cache import ByteLRU
+from .cleaner import Cleaner
 from .compaction import Compactor
 from .config import GatewayConfig
 from .damage import DamageReport
@@ -84,6 +85,8 @@ class LogManager:
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer
         self.compactor = Compactor(self, time_share=config.log.compaction_time_percent / 100)
+        self.cleaner = Cleaner(self, config.log.cleaner_dedupe_buffer_bytes, config.log.cleaner_backoff_ms / 1000,
+                               time_share=config.log.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
@@ -103,6 +106,7 @@ class LogManager:
             self._nursery = nursery
             await nursery.start(self.writer.run)
             await nursery.start(self.compactor.run)
+            await nursery.start(self.cleaner.run)
             task_status.started()
             while True:
                 await trio.sleep(self.config.topics.retention_check_interval_ms / 1000)

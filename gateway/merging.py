@@ -11,7 +11,8 @@ it is made safe for any merger, even a paused one that lost the partition:
 
 1. The first segment is read with its version, and the merged one (its batches and
    the others') replaces it only if it is unchanged (If-Match on S3, a lock and a
-   rename on the filesystem). A segment key therefore only ever gains batches.
+   rename on the filesystem). A segment key's offset range therefore only ever grows
+   (the cleaner rewrites a segment with the same range, fewer records).
 2. Only then are the others deleted: each is now contained in the first key's
    segment, and stays so (that key only grows; retention deletes it only once all
    of it is below the log start). A late delete loses nothing.
@@ -31,23 +32,37 @@ import time
 import trio
 
 from kafscale.protocol.errors import SegmentFormatError
-from kafscale.protocol.index import build_index
+from kafscale.protocol.index import SegmentIndex, build_index
 from kafscale.protocol.layout import index_key
 from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.segment import SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound
 
 from .partition_log import PartitionLog
+from .storage import AsyncStore
 
 # Smaller segments get no index object: a reader loads them whole anyway (8 MiB is one GET),
 # and the index would be a second billed PUT per segment. Compaction uses the same rule.
 INDEX_MIN_BYTES = 8 << 20
 
-__all__ = ["MERGE_MIN", "merge", "merge_run", "delete_redundant"]
+__all__ = ["MERGE_MIN", "merge", "merge_run", "delete_redundant", "index_before_rewrite"]
 
 log = logging.getLogger("kafscale.merging")
 
 MERGE_MIN = 4
+
+
+async def index_before_rewrite(store: AsyncStore, key: str, size: int, index: SegmentIndex) -> None:
+    """The index of a segment about to be rewritten in place (merged, cleaned), made durable
+    before the rewrite: after a crash the old index must not outlive the old segment (an
+    index names its segment's size, so until the rewrite lands readers ignore the new one)."""
+    if size >= INDEX_MIN_BYTES:
+        await store.put(key, index.encode())
+    elif await store.head(key) is not None:
+        # A small segment gets no index; an old one (a larger segment's, or one written by an
+        # earlier version) goes. Looked for first: a HEAD is not in S3's billed tier, the
+        # DELETE (a bulk POST through obstore) is.
+        await store.delete(key)
 
 
 def tier(size: int) -> int:
@@ -97,7 +112,9 @@ async def merge(partition_log: PartitionLog) -> int:
             return 0  # rewritten by another merger since this gateway loaded the partition: not ours to merge now
         builder = SegmentBuilder(first.base_offset)
         for batch in head.batches:
+            builder.skip_to(batch.base_offset)  # a cleaned segment's gaps stay gaps
             builder.append(head.batch_bytes(batch), [batch.at(position=0)])
+        builder.skip_to(head.last_offset + 1)
         del data, head
         for piece in run[1:]:
             loaded = await partition_log.load_piece(piece, keep=False)
@@ -105,19 +122,14 @@ async def merge(partition_log: PartitionLog) -> int:
                 return 0  # reported when it was read; a damaged segment is left as it is
             for batch in loaded.batches:
                 if batch.last_offset >= builder.next_offset:
+                    builder.skip_to(batch.base_offset)
                     builder.append(loaded.batch_bytes(batch), [batch.at(position=0)])
+            builder.skip_to(piece.last_offset + 1)
         merged = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
         index = build_index(builder.batches, settings.index_interval, len(merged))
         namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition
-        # Durable before the rewrite: after a crash the old index must not outlive the old segment.
-        first_index = index_key(namespace, topic, partition, first.base_offset)
-        if len(merged) >= INDEX_MIN_BYTES:
-            await store.put(first_index, index.encode())
-        elif await store.head(first_index) is not None:
-            # A small segment gets no index; an old one (a larger first segment's, or one written
-            # by an earlier version) goes. Looked for first: a HEAD is not in S3's billed tier,
-            # the DELETE (a bulk POST through obstore) is.
-            await store.delete(first_index)
+        await index_before_rewrite(store, index_key(namespace, topic, partition, first.base_offset), len(merged),
+                                   index)
         try:
             await store.put_if_unchanged(first.key, merged, version)
         except ObjectChanged:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -35,6 +36,10 @@ from .cache import ByteLRU
 from .damage import DamageReport
 from .producers import ProducerStates
 from .storage import AsyncStore
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Flusher(Protocol):
@@ -155,6 +160,13 @@ class PartitionLog:
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
+        # The cleaner (compacted topics): offsets below ``cleaned_end`` were cleaned against a
+        # key map that covered them; not persisted, so a loaded log is dirty from its start
+        # (its first pass reads it all, and rewrites only what that pass removes).
+        self.cleaned_end = 0
+        self.dirty_since_ms: int | None = None  # wall time the oldest segment not cleaned arrived
+        self.tombstones_due_ms: int | None = None  # when the next kept tombstone's horizon passes
+        self.cleanable_from_ms: int | None = None  # min.compaction.lag holds the dirty segments until then
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -177,6 +189,9 @@ class PartitionLog:
         self.redundant = list(view.redundant)
         self.uncompacted_since = trio.current_time() if any(p.kind == ENTRY for p in self.pieces) else None
         self.producers = producers
+        self.cleaned_end = 0
+        self.dirty_since_ms = _wall_ms() if any(p.kind == SEGMENT for p in self.pieces) else None
+        self.tombstones_due_ms = self.cleanable_from_ms = None
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -275,6 +290,8 @@ class PartitionLog:
             self.segment_max_timestamps[segment.cache_key] = max_timestamp
         if not any(p.last_offset >= self.compacted_end for p in rest):
             self.uncompacted_since = None
+        if self.dirty_since_ms is None:
+            self.dirty_since_ms = _wall_ms()
 
     def nothing_to_compact(self) -> None:
         self.uncompacted_since = None
@@ -288,6 +305,21 @@ class PartitionLog:
             self.cache.discard(piece.cache_key)
             self.segment_max_timestamps.pop(piece.cache_key, None)
         self.segment_max_timestamps[segment.cache_key] = max_timestamp
+
+    def cleaned_into(self, old: Piece, new: Piece, max_timestamp: int) -> None:
+        """The cleaner rewrote ``old`` in place as ``new``: the same offsets, fewer records."""
+        self.replace_pieces([new if p is old else p for p in self.pieces])
+        self.cache.discard(old.cache_key)
+        self.segment_max_timestamps.pop(old.cache_key, None)
+        self.segment_max_timestamps[new.cache_key] = max_timestamp
+
+    def cleaning_done(self, mapped_end: int, tombstones_due_ms: int | None, cleanable_from_ms: int | None) -> None:
+        """A cleaning pass mapped keys up to ``mapped_end``: what is below is clean."""
+        self.cleaned_end = max(self.cleaned_end, mapped_end)
+        self.tombstones_due_ms = tombstones_due_ms
+        self.cleanable_from_ms = cleanable_from_ms
+        if not any(p.kind == SEGMENT and p.last_offset >= self.cleaned_end for p in self.pieces):
+            self.dirty_since_ms = None
 
     def take_redundant(self) -> list[StoredSegment]:
         """Segments found contained in others when the log was loaded, for deletion."""
@@ -415,14 +447,18 @@ class PartitionLog:
                 if batch.last_offset < offset:
                     continue
                 if batch.base_offset > offset:
-                    break  # a damaged batch of this piece
+                    if not stored.gaps:
+                        break  # a damaged batch of this piece
+                    offset = batch.base_offset  # cleaned away: the next batch answers
                 if total + batch.size > max_bytes and (parts or not allow_oversize):
                     return b"".join(parts)
                 parts.append(stored.batch_bytes(batch))
                 total += batch.size
                 offset = batch.last_offset + 1
             if offset <= piece.last_offset:
-                break
+                if not stored.gaps:
+                    break
+                offset = piece.last_offset + 1
         if not parts and offset < self.high_watermark:
             # Never skip acknowledged offsets silently (Kafka's answer to a corrupt record):
             # the consumer sees the error at this offset and may seek past it.

@@ -130,7 +130,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         TopicConfig("compression.gzip.level", "-1", _int(-1, 9), "gzip level when compression.type=gzip.", _INT,
                     "enforced when the gateway recompresses"),
         TopicConfig("compression.lz4.level", "9", _int(1, 17), "lz4 level when compression.type=lz4.", _INT,
-                    "accepted: the lz4 wheel writes its default level"),
+                    "enforced when the gateway recompresses"),
         TopicConfig("compression.zstd.level", "3", _int(-131072, 22), "zstd level when compression.type=zstd.",
                     _INT, "enforced when the gateway recompresses"),
         TopicConfig("delete.retention.ms", "86400000", _long(0),

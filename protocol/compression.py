@@ -20,9 +20,10 @@ import zstandard
 
 from .errors import CompressionError
 
-__all__ = ["Compression", "compress", "decompress"]
+__all__ = ["Compression", "compress", "decompress", "XERIAL_MAGIC"]
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_MAGIC = b"\x82SNAPPY\x00"  # how Java clients frame snappy
+_XERIAL_MAGIC = XERIAL_MAGIC
 _XERIAL_HEADER = struct.Struct(">8sii")
 _BLOCK_SIZE = struct.Struct(">i")
 

@@ -133,6 +133,10 @@ class EntryBatches:
     def batch_bytes(self, header: BatchHeader) -> memoryview:
         return memoryview(self.data)[header.position : header.position + header.size]
 
+    @property
+    def gaps(self) -> bool:
+        return False  # log objects hold what producers sent: every offset of their range
+
 
 @dataclass(slots=True)
 class _Pending:

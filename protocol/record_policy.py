@@ -72,7 +72,7 @@ def recompress(data: bytes | memoryview, header: BatchHeader, codec: Compression
     records = data[begin:end]
     if header.compression:
         records = decompress(header.compression, records, max_uncompressed)
-    payload = compress(codec, bytes(records), level=level)
+    payload = compress(codec, bytes(records), level=level, xerial=codec == Compression.SNAPPY)  # as Kafka writes it
     batch = bytearray(data[header.position:begin])
     batch += payload
     _INT32.pack_into(batch, _LENGTH_AT, len(batch) - 12)

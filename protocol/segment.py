@@ -5,7 +5,9 @@
     header (32 bytes, big-endian)
       0  magic          4  b"KAFS"
       4  version        2  1
-      6  flags          2  0 (compression is per batch, in each batch's attributes)
+      6  flags          2  bit 0 GAPS: the cleaner removed records (compacted topics), so
+                           batches may skip offsets and the segment may hold none; other
+                           bits 0 (compression is per batch, in each batch's attributes)
       8  base_offset    8  offset of the first record
       16 record_count   4  records in the segment
       20 created_ms     8  wall-clock time the segment was sealed
@@ -15,6 +17,10 @@
       0  crc32c         4  CRC-32C of the header and all batch bytes
       4  last_offset    8  offset of the last record
       12 magic          4  b"END!"
+
+Without GAPS the batches run without a gap from the base offset to the footer's last
+offset; with GAPS they ascend within that range. Either way the segment answers for
+every offset from its base (its key) to its last: an offset in a gap was cleaned away.
 
 A reader trusts nothing it has not checked: a torn or partial object (no
 footer, wrong sizes, CRC mismatch) raises :class:`SegmentFormatError`.
@@ -42,6 +48,7 @@ __all__ = [
     "parse_segment_footer",
     "read_segment",
     "segment_last",
+    "GAPS",
 ]
 
 SEGMENT_MAGIC = b"KAFS"
@@ -50,6 +57,8 @@ SEGMENT_VERSION = 1
 SEGMENT_HEADER_SIZE = 32
 SEGMENT_FOOTER_SIZE = 16
 _HEADER = struct.Struct(">4sHHqIqI")
+GAPS = 0x0001
+_KNOWN_FLAGS = GAPS
 _FOOTER = struct.Struct(">Iq4s")
 
 
@@ -95,6 +104,8 @@ def parse_segment_header(data: bytes | memoryview) -> SegmentHeader:
         raise SegmentFormatError(f"unsupported segment version {version}")
     if base_offset < 0:
         raise SegmentFormatError(f"negative segment base offset {base_offset}")
+    if flags & ~_KNOWN_FLAGS:
+        raise SegmentFormatError(f"unknown segment flags {flags:#06x}")
     return SegmentHeader(base_offset, record_count, created_ms, batch_count, version, flags)
 
 
@@ -113,7 +124,8 @@ class SegmentBuilder:
 
     Batches are copied into one buffer as they come, so a caller can drop what it
     appended from (compaction reads one entry at a time): building a segment holds
-    the segment once, not its parts and then the joined object.
+    the segment once, not its parts and then the joined object. :meth:`skip_to` passes
+    over offsets the cleaner removed; the sealed segment is then flagged GAPS.
     """
 
     def __init__(self, base_offset: int) -> None:
@@ -122,6 +134,7 @@ class SegmentBuilder:
         self.record_count = 0
         self._buffer = bytearray(SEGMENT_HEADER_SIZE)  # the header is written at seal
         self.batches: list[BatchHeader] = []  # positions are absolute in the object
+        self.gaps = False
 
     @property
     def body_size(self) -> int:
@@ -146,11 +159,19 @@ class SegmentBuilder:
         self.next_offset = next_offset
         self._buffer += record_set
 
+    def skip_to(self, offset: int) -> None:
+        """The offsets up to ``offset`` hold nothing (cleaned away); the next batch starts
+        there or later."""
+        if offset > self.next_offset:
+            self.next_offset = offset
+            self.gaps = True
+
     def seal(self, created_ms: int) -> bytearray:
         """The whole object (the builder's own buffer: append nothing after)."""
-        if not self.batches:
+        if self.next_offset == self.base_offset:
             raise ValueError("an empty segment cannot be sealed")
-        header = SegmentHeader(self.base_offset, self.record_count, created_ms, len(self.batches)).encode()
+        header = SegmentHeader(self.base_offset, self.record_count, created_ms, len(self.batches),
+                               flags=GAPS if self.gaps else 0).encode()
         self._buffer[:SEGMENT_HEADER_SIZE] = header
         # The CRC covers the header too, so no bit of the object goes unchecked.
         self._buffer += SegmentFooter(crc32c(self._buffer), self.next_offset - 1).encode()
@@ -177,6 +198,11 @@ class Segment:
         return self.header.base_offset
 
     @property
+    def gaps(self) -> bool:
+        """Whether offsets between its base and last may hold nothing (cleaned away)."""
+        return bool(self.header.flags & GAPS)
+
+    @property
     def last_offset(self) -> int:
         return self.footer.last_offset
 
@@ -201,17 +227,20 @@ def read_segment(data: bytes) -> Segment:
         raise SegmentFormatError(
             f"segment holds {len(batches)} batches, its header says {header.batch_count}"
         )
-    if not batches:
+    gaps = bool(header.flags & GAPS)
+    if not batches and not gaps:
         raise SegmentFormatError("segment holds no batches")
     expected = header.base_offset
     records = 0
     for batch in batches:
-        if batch.base_offset != expected:
+        if batch.base_offset != expected and not (gaps and batch.base_offset > expected):
             raise SegmentFormatError(
                 f"batch at {batch.position} starts at offset {batch.base_offset}, expected {expected}"
             )
         expected = batch.last_offset + 1
         records += batch.records_count
+    if gaps and expected - 1 <= footer.last_offset:
+        expected = footer.last_offset + 1  # cleaned away up to the end
     if expected - 1 != footer.last_offset:
         raise SegmentFormatError(
             f"footer last offset {footer.last_offset} disagrees with the batches ({expected - 1})"

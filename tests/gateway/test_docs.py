@@ -5,6 +5,7 @@ from pathlib import Path
 
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.handlers import advertised_versions
+from kafscale.gateway.topic_configs import TOPIC_CONFIGS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -22,3 +23,9 @@ def test_every_option_is_documented():
     text = (DOCS / "configuration.md").read_text()
     for item in GatewayConfig.options():
         assert f"`{item.name}`" in text and f"KAFSCALE_{item.name.upper()}" in text, item.name
+
+
+def test_every_topic_config_is_documented_with_what_it_does_here():
+    text = (DOCS / "configuration.md").read_text()
+    for spec in TOPIC_CONFIGS.values():
+        assert f"| `{spec.name}` |" in text and spec.effect in text, spec.name

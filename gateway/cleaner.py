@@ -1,0 +1,287 @@
+"""The log cleaner: on compacted topics, every key keeps only its newest record.
+
+Kafka's word is "cleaner", and it is kept here so it is never confused with
+compaction (:mod:`compaction`), which turns shared log objects into segments. The
+cleaner works on segments only: records still in log objects are the open head of
+the log, as Kafka's active segment is, and wait for compaction.
+
+A pass over one partition (its owner, under the partition's maintenance lock):
+
+1. **Map.** The dirty segments (from ``cleaned_end``) are read in offset order and
+   each keyed record's offset goes into a :class:`KeyMap` of at most
+   ``cleaner_dedupe_buffer_bytes``. The pass stops mapping when the map is full,
+   at damage, or at the first segment newer than ``min.compaction.lag.ms``.
+2. **Rewrite.** Every segment from the log start up to where mapping stopped is
+   read again with its version and cleaned (:mod:`kafscale.protocol.cleaning`). A
+   segment that changed is written back *in place*, same key, same offset range,
+   with ``put_if_unchanged``: the old segment is whole until the new one replaces it
+   atomically, so at every moment, across kill -9 at any step, a reader finds every
+   key's newest record. Segments are rewritten oldest first and a pass stops at the
+   first it cannot rewrite, so a tombstone never goes while an older value of its
+   key is still stored in a segment before it.
+3. Its index (from 8 MiB) is written before the rewrite, as merging does.
+
+Safety with several gateways: every rewrite is conditional on the version read, and
+asked of ``writable()`` (this gateway owns the partition under the epoch it loaded
+it with) just before. What a paused cleaner could still publish after losing the
+partition is a cleaning of the same offsets against a map of records that exist: it
+keeps every key's newest record of that snapshot (docs/operations.md, "Compacted
+topics", states the window precisely).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from kafscale.protocol.cleaning import KeyMap, clean_batch, newest_batch_per_producer
+from kafscale.protocol.errors import KafkaError, SegmentFormatError
+from kafscale.protocol.index import build_index
+from kafscale.protocol.layout import index_key
+from kafscale.protocol.log_view import SEGMENT, Piece
+from kafscale.protocol.records import parse_batch_header
+from kafscale.protocol.segment import SegmentBuilder, read_segment
+from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
+
+from .merging import index_before_rewrite
+from .partition_log import PartitionLog
+from .metadata import TopicInfo
+from .topic_configs import TopicPolicy
+
+__all__ = ["Cleaner", "CleanerStats", "clean", "cleaning_due", "dirtiness"]
+
+log = logging.getLogger("kafscale.cleaner")
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    passes: int = 0
+    errors: int = 0
+    bytes_read: int = 0
+    bytes_removed: int = 0
+    records_removed: int = 0
+    keys_mapped: int = 0
+    segments_rewritten: int = 0
+    seconds: float = 0.0
+    worst_dirty_ratio: float = 0.0
+
+
+def _segments(partition_log: PartitionLog) -> list[Piece]:
+    return [p for p in partition_log.compacted_pieces()
+            if p.kind == SEGMENT and p.last_offset >= partition_log.log_start_offset]
+
+
+def dirtiness(partition_log: PartitionLog) -> tuple[int, int]:
+    """(bytes of segments not cleaned yet, bytes of all segments)."""
+    segments = _segments(partition_log)
+    dirty = sum(p.size for p in segments if p.last_offset >= partition_log.cleaned_end)
+    return dirty, sum(p.size for p in segments)
+
+
+def cleaning_due(partition_log: PartitionLog, policy: TopicPolicy, now_ms: int) -> bool:
+    """Kafka's triggers: the dirty ratio reached, a dirty record older than the maximum
+    lag, or a kept tombstone's horizon passed; never while min.compaction.lag holds it."""
+    if partition_log.closing or partition_log.fenced:
+        return False
+    if partition_log.tombstones_due_ms is not None and now_ms >= partition_log.tombstones_due_ms:
+        return True
+    if partition_log.cleanable_from_ms is not None and now_ms < partition_log.cleanable_from_ms:
+        return False
+    dirty, total = dirtiness(partition_log)
+    if not dirty:
+        return False
+    if dirty / total >= policy.min_cleanable_dirty_ratio:
+        return True
+    since = partition_log.dirty_since_ms
+    return since is not None and now_ms - since >= policy.max_compaction_lag_ms
+
+
+@dataclass(slots=True)
+class _Pass:
+    keys: KeyMap
+    mapped_end: int
+    stop: int  # rewrite segments starting below this offset
+    cleanable_from_ms: int | None = None
+
+
+async def _map(partition_log: PartitionLog, policy: TopicPolicy, budget: int, now_ms: int,
+               stats: CleanerStats) -> _Pass:
+    first_dirty = partition_log.cleaned_end
+    work = _Pass(KeyMap(budget), first_dirty, partition_log.log_start_offset)
+    youngest_allowed = now_ms - policy.min_compaction_lag_ms
+    for piece in _segments(partition_log):
+        if piece.last_offset < first_dirty:
+            work.stop = piece.last_offset + 1
+            continue
+        known = partition_log.segment_max_timestamps.get(piece.cache_key)
+        if policy.min_compaction_lag_ms and known is not None and known > youngest_allowed:
+            work.cleanable_from_ms = known + policy.min_compaction_lag_ms
+            break
+        loaded = await partition_log.load_piece(piece, keep=False)
+        if loaded.damaged:
+            break  # cleaned up to it; a damaged segment is never rewritten
+        newest = max((b.max_timestamp for b in loaded.batches), default=0)
+        if policy.min_compaction_lag_ms and newest > youngest_allowed:
+            work.cleanable_from_ms = newest + policy.min_compaction_lag_ms
+            break
+        stats.bytes_read += piece.size
+        complete = True
+        for batch in loaded.batches:
+            if batch.last_offset < first_dirty:
+                continue
+            if not work.keys.add_batch(loaded.data, batch):
+                complete = False
+                break
+            work.mapped_end = batch.last_offset + 1
+        work.stop = piece.last_offset + 1
+        if complete:
+            work.mapped_end = piece.last_offset + 1
+        else:
+            break
+        await trio.lowlevel.checkpoint()
+    return work
+
+
+async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: int, stats: CleanerStats,
+                now_ms: int | None = None) -> int:
+    """One cleaning pass over a partition; returns the segments rewritten."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    async with partition_log.maintenance:
+        started = time.monotonic()
+        work = await _map(partition_log, policy, budget_bytes, now_ms, stats)
+        stats.keys_mapped = max(stats.keys_mapped, len(work.keys))
+        rewritten = 0
+        tombstones_due: int | None = None
+        finished = True
+        for piece in _segments(partition_log):
+            if piece.base_offset >= work.stop:
+                break
+            outcome = await _rewrite(partition_log, piece, work.keys, policy, now_ms, stats)
+            if outcome is None:
+                finished = False
+                break  # changed under us, damaged or no longer ours: the next pass starts over
+            changed, due = outcome
+            rewritten += changed
+            if due is not None:
+                tombstones_due = due if tombstones_due is None else min(tombstones_due, due)
+            await trio.lowlevel.checkpoint()
+        if finished:
+            partition_log.cleaning_done(work.mapped_end, tombstones_due, work.cleanable_from_ms)
+        stats.passes += 1
+        stats.segments_rewritten += rewritten
+        stats.seconds += time.monotonic() - started
+        return rewritten
+
+
+async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, policy: TopicPolicy, now_ms: int,
+                   stats: CleanerStats) -> tuple[int, int | None] | None:
+    """Clean one segment in place: (1 if rewritten else 0, when a kept tombstone's horizon
+    passes), or ``None`` if it could not be (the pass stops)."""
+    store = partition_log.store
+    try:
+        data, version = await store.get_versioned(piece.key)
+    except ObjectNotFound:
+        return None  # merged away since the pass began
+    try:
+        segment = read_segment(data)
+    except SegmentFormatError:
+        return None  # damaged: served in part by the read path, never rewritten
+    if segment.last_offset != piece.last_offset:
+        return None  # rewritten by someone else since this gateway loaded the partition
+    newest_of_producer = newest_batch_per_producer(segment.batches)
+    builder = SegmentBuilder(segment.base_offset)
+    changed = False
+    removed = 0
+    due: int | None = None
+    for batch in segment.batches:
+        result = clean_batch(segment.data, batch, keys, now_ms, policy.delete_retention_ms,
+                             producers_newest=batch.position in newest_of_producer)
+        changed = changed or result.changed
+        removed += result.records_removed
+        if result.tombstone_horizon is not None:
+            due = result.tombstone_horizon if due is None else min(due, result.tombstone_horizon)
+        if result.data is not None:
+            builder.skip_to(batch.base_offset)
+            builder.append(result.data, [parse_batch_header(result.data, 0)])
+    builder.skip_to(segment.last_offset + 1)
+    if not changed:
+        return 0, due
+    if not partition_log.writable():
+        return None
+    cleaned = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
+    settings = partition_log.settings
+    index = build_index(builder.batches, settings.index_interval, len(cleaned))
+    await index_before_rewrite(store, index_key(settings.namespace, partition_log.topic, partition_log.partition,
+                                                piece.base_offset), len(cleaned), index)
+    try:
+        await store.put_if_unchanged(piece.key, cleaned, version)
+    except ObjectChanged:
+        log.warning("%s changed while it was cleaned; the pass stops", piece.key)
+        return None
+    partition_log.cleaned_into(piece, Piece(SEGMENT, piece.key, piece.base_offset, piece.last_offset, len(cleaned)),
+                               index.max_timestamp)
+    stats.records_removed += removed
+    stats.bytes_removed += len(data) - len(cleaned)
+    log.debug("cleaned %s: %d records removed, %d -> %d bytes", piece.key, removed, len(data), len(cleaned))
+    return 1, due
+
+
+class CleanedLogs(Protocol):
+    """What the cleaner needs of the log manager that runs it."""
+
+    def topics(self) -> dict[str, TopicInfo]: ...
+    def loaded(self) -> list[PartitionLog]: ...
+    def policy(self, info: TopicInfo | None) -> TopicPolicy: ...
+
+
+class Cleaner:
+    """Cleans the compacted partitions this gateway owns, within a share of its time."""
+
+    def __init__(self, logs: CleanedLogs, budget_bytes: int, backoff_s: float, time_share: float) -> None:
+        self.logs = logs
+        self.budget_bytes = budget_bytes
+        self.backoff_s = backoff_s
+        self.time_share = time_share
+        self.stats = CleanerStats()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.backoff_s)
+            try:
+                await self.pass_once()
+            except Exception:  # a failing store must not stop cleaning for good
+                self.stats.errors += 1
+                log.exception("cleaning pass failed")
+
+    async def pass_once(self, *, everything: bool = False, now_ms: int | None = None) -> int:
+        """Clean every compacted partition that is due (``everything``: each one once)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        rewritten = 0
+        worst = 0.0
+        for partition_log in self.logs.loaded():
+            info = self.logs.topics().get(partition_log.topic)
+            if info is None:
+                continue
+            policy = self.logs.policy(info)
+            if not policy.compact or not partition_log.writable():
+                continue
+            dirty, total = dirtiness(partition_log)
+            worst = max(worst, dirty / total if total else 0.0)
+            if not (everything or cleaning_due(partition_log, policy, now_ms)):
+                continue
+            started = trio.current_time()
+            try:
+                rewritten += await clean(partition_log, policy, self.budget_bytes, self.stats, now_ms)
+            except (KafkaError, StorageError) as exc:
+                self.stats.errors += 1
+                log.warning("cleaning %s-%d failed (retried): %s", partition_log.topic, partition_log.partition, exc)
+                continue
+            if not everything:
+                await trio.sleep((trio.current_time() - started) * (1 / self.time_share - 1))
+        self.stats.worst_dirty_ratio = worst
+        return rewritten

@@ -1,0 +1,162 @@
+"""The log cleaner on a running gateway: each key keeps its newest record, offsets never
+change, tombstones go after delete.retention.ms, and every reader sees the cleaned log."""
+
+import random
+import time
+
+from kafscale.protocol import ErrorCode, build_batch
+from kafscale.protocol.entities import build
+from kafscale.protocol.messages import request_class
+from kafscale.protocol.records import Record, iter_records, split_batches
+from kafscale.protocol.segment import read_segment
+from tests.support.wire_client import Client, start_gateway
+from tests.support.wire_client import fetch as _fetch
+
+DAY_MS = 86_400_000
+
+
+async def _create(client, name, **configs):
+    body = await client.call(19, 5, build(request_class(19, 5), dict(
+        topics=[dict(name=name, num_partitions=1, replication_factor=1, assignments=[],
+                     configs=[dict(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
+        timeout=5000, validate_only=False)))
+    assert body.topics[0].error_code == ErrorCode.none, body.topics[0].error_message
+
+
+async def _produce(client, topic, records):
+    stamped = build_batch(records, base_timestamp=int(time.time() * 1000))
+    request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
+        dict(name=topic, partition_data=[dict(index=0, records=stamped)])]))
+    answer = (await client.call(0, 9, request)).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.none, answer.error_message
+    return answer.base_offset
+
+
+async def _read_all(client, topic, start=0):
+    """(offset, key, value) of every record a consumer reads from ``start`` on."""
+    out, offset = [], start
+    while True:
+        body = await client.call(1, 12, _fetch(topic, offset, 0, max_bytes=1 << 16, partition_max_bytes=1 << 16))
+        partition = body.responses[0].partitions[0]
+        assert partition.error_code == ErrorCode.none, partition.error_code
+        data = bytes(partition.records or b"")
+        if not data:
+            assert offset >= partition.high_watermark
+            return out
+        for header in split_batches(data):
+            for record in iter_records(data[header.position:header.position + header.size], header.at(position=0)):
+                if record.offset >= offset:
+                    out.append((record.offset, record.key, record.value))
+            offset = header.last_offset + 1
+
+
+async def _settle(running, now_ms=None):
+    logs = running.context.logs
+    await logs.compactor.pass_once(everything=True)
+    return await logs.cleaner.pass_once(everything=True, now_ms=now_ms)
+
+
+def _newest(history):
+    newest = {}
+    for offset, key, value in history:
+        newest[key] = (offset, key, value)
+    return newest
+
+
+async def test_each_key_keeps_its_newest_record_at_its_own_offset(nursery):
+    running, _ = await start_gateway(nursery, segment_bytes=4096, max_message_bytes=4096)
+    client = await Client.connect(running.port)
+    await _create(client, "c", cleanup_policy="compact")
+    rng = random.Random(7)
+    history = []
+    for _ in range(60):
+        batch = [(b"k%d" % rng.randrange(40), b"v%d" % rng.randrange(10**6)) for _ in range(rng.randrange(1, 12))]
+        base = await _produce(client, "c", batch)
+        history += [(base + i, key, value) for i, (key, value) in enumerate(batch)]
+        if rng.random() < 0.2:
+            await running.context.logs.compactor.pass_once(everything=True)
+    assert await _settle(running) > 0
+    newest = _newest(history)
+    assert await _read_all(client, "c") == sorted(newest.values())
+    stats = running.context.logs.cleaner.stats
+    assert stats.records_removed == len(history) - len(newest) and stats.keys_mapped == len(newest)
+    # From any start offset, a consumer reads on across the gaps.
+    for start in range(0, len(history), 7):
+        assert await _read_all(client, "c", start) == [r for r in sorted(newest.values()) if r[0] >= start]
+    # A second pass finds nothing to remove and writes nothing.
+    assert await _settle(running) == 0
+
+
+async def test_tombstones_stay_for_delete_retention_after_the_pass_that_kept_them(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "t", cleanup_policy="compact", delete_retention_ms=str(DAY_MS))
+    await _produce(client, "t", [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")])
+    await _produce(client, "t", [(b"a", None), (b"b", b"2")])
+    now = int(time.time() * 1000)
+    await _settle(running, now)
+    assert await _read_all(client, "t") == [(2, b"c", b"1"), (3, b"a", None), (4, b"b", b"2")]
+    await _settle(running, now + DAY_MS - 1)  # not yet
+    assert (3, b"a", None) in await _read_all(client, "t")
+    assert running.context.logs.loaded()[0].tombstones_due_ms == now + DAY_MS
+    await _settle(running, now + DAY_MS)
+    assert await _read_all(client, "t") == [(2, b"c", b"1"), (4, b"b", b"2")]
+
+
+async def test_a_delete_topic_is_never_cleaned_and_a_switch_to_compact_cleans_it(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "s", cleanup_policy="delete")
+    await _produce(client, "s", [(b"a", b"1"), (b"a", b"2"), (None, b"keyless")])
+    await _settle(running)
+    assert len(await _read_all(client, "s")) == 3
+    await running.context.logs.alter_topic_configs("s", {"cleanup.policy": "compact"})
+    await _settle(running)
+    # Kafka's cleaner drops records without a key, written before the switch.
+    assert await _read_all(client, "s") == [(1, b"a", b"2")]
+
+
+async def test_min_compaction_lag_holds_young_segments(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "m", cleanup_policy="compact", min_compaction_lag_ms="3600000")
+    await _produce(client, "m", [(b"a", b"1"), (b"a", b"2")])
+    now = int(time.time() * 1000)
+    assert await _settle(running, now) == 0
+    assert len(await _read_all(client, "m")) == 2
+    assert await _settle(running, now + 3_700_000) == 1
+    assert await _read_all(client, "m") == [(1, b"a", b"2")]
+
+
+async def test_a_producers_newest_batch_header_survives_cleaning(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "p", cleanup_policy="compact")
+    idempotent = build_batch([(b"a", b"1")], producer_id=5, producer_epoch=0, base_sequence=0)
+    request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
+        dict(name="p", partition_data=[dict(index=0, records=idempotent)])]))
+    assert (await client.call(0, 9, request)).responses[0].partition_responses[0].error_code == 0
+    await _produce(client, "p", [(b"a", b"2")])
+    await _settle(running)
+    [piece] = running.context.logs.loaded()[0].pieces
+    segment = read_segment(await running.context.logs.store.get(piece.key))
+    assert [(b.base_offset, b.records_count, b.producer_id) for b in segment.batches] == [(0, 0, 5), (1, 1, -1)]
+    assert await _read_all(client, "p") == [(1, b"a", b"2")]
+
+
+async def test_records_keep_their_bytes_and_timestamps(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "r", cleanup_policy="compact")
+    batch = [Record(0, 1_000, b"a", b"old"), Record(1, 2_000, b"b", None), Record(2, 3_000, b"c", b"x")]
+    request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
+        dict(name="r", partition_data=[dict(index=0, records=build_batch(batch, base_timestamp=1_000))])]))
+    await client.call(0, 9, request)
+    await _produce(client, "r", [(b"a", b"new")])
+    await _settle(running)
+    body = await client.call(1, 12, _fetch("r", 0, 0))
+    data = bytes(body.responses[0].partitions[0].records)
+    records = [r for h in split_batches(data) for r in iter_records(data[h.position:h.position + h.size],
+                                                                        h.at(position=0))]
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in records[:2]] == [(1, 2_000, b"b", None),
+                                                                              (2, 3_000, b"c", b"x")]
