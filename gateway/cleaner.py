@@ -68,6 +68,7 @@ class CleanerStats:
     segments_rewritten: int = 0
     seconds: float = 0.0
     worst_dirty_ratio: float = 0.0
+    dirty_bytes: int = 0  # over the compacted partitions this gateway owns, at the last check
 
 
 def _segments(partition_log: PartitionLog) -> list[Piece]:
@@ -263,6 +264,7 @@ class Cleaner:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         rewritten = 0
         worst = 0.0
+        dirty_total = 0
         for partition_log in self.logs.loaded():
             info = self.logs.topics().get(partition_log.topic)
             if info is None:
@@ -272,6 +274,7 @@ class Cleaner:
                 continue
             dirty, total = dirtiness(partition_log)
             worst = max(worst, dirty / total if total else 0.0)
+            dirty_total += dirty
             if not (everything or cleaning_due(partition_log, policy, now_ms)):
                 continue
             started = trio.current_time()
@@ -284,4 +287,5 @@ class Cleaner:
             if not everything:
                 await trio.sleep((trio.current_time() - started) * (1 / self.time_share - 1))
         self.stats.worst_dirty_ratio = worst
+        self.stats.dirty_bytes = dirty_total
         return rewritten

@@ -66,7 +66,7 @@ class Metrics:
     def watch_log(self, logs) -> None:
         """The shared log: what reaches the store, and what compaction still has to do. Totals
         (rates come from the scraper), read at scrape time."""
-        writer, compactor, objects = logs.writer, logs.compactor, logs.objects
+        writer, compactor, objects, cleaned = logs.writer, logs.compactor, logs.objects, logs.cleaner.stats
 
         def oldest_age() -> float:
             oldest = objects.backlog[2]
@@ -88,6 +88,22 @@ class Metrics:
             ("kafscale_compaction_backlog_age_seconds", "Age of the oldest of them", oldest_age),
             ("kafscale_seals_written", "Seals put in other writers' sequences (total)",
              lambda: logs.fencer.seals_written),
+            ("kafscale_cleaner_passes", "Cleaning passes over compacted partitions (total)", lambda: cleaned.passes),
+            ("kafscale_cleaner_errors", "Failed cleaning passes (total)", lambda: cleaned.errors),
+            ("kafscale_cleaner_seconds", "Time spent in cleaning passes (total)", lambda: cleaned.seconds),
+            ("kafscale_cleaner_bytes_read", "Dirty segment bytes the cleaner mapped (total)",
+             lambda: cleaned.bytes_read),
+            ("kafscale_cleaner_bytes_removed", "Bytes the cleaner removed from segments (total)",
+             lambda: cleaned.bytes_removed),
+            ("kafscale_cleaner_records_removed", "Superseded records, expired tombstones and keyless records "
+             "removed (total)", lambda: cleaned.records_removed),
+            ("kafscale_cleaner_segments_rewritten", "Segments rewritten by the cleaner (total)",
+             lambda: cleaned.segments_rewritten),
+            ("kafscale_cleaner_keys_mapped", "Most keys one pass held in its key map", lambda: cleaned.keys_mapped),
+            ("kafscale_cleaner_dirty_bytes", "Segment bytes of compacted partitions not cleaned yet",
+             lambda: cleaned.dirty_bytes),
+            ("kafscale_cleaner_max_dirty_ratio", "Worst dirty ratio of a compacted partition at the last check",
+             lambda: cleaned.worst_dirty_ratio),
             ("kafscale_damaged_objects", "Stored objects (and partitions' offset ranges) found damaged: "
              "served in part, never silently skipped", lambda: len(logs.damage)),
         ]:

@@ -38,9 +38,9 @@ DELETE_HORIZON_BIT = 0x40  # Kafka's isDeleteHorizonSet (KIP-534)
 _CONTROL_BIT = 0x20
 _LOG_APPEND_TIME_BIT = 0x08
 _CODEC_MASK = 0x07
-# Measured (tracemalloc, 100,000 keys): a 16-byte digest (49 B), an offset (32 B) and the
-# dict's slot and index (~40 B at its load factor).
-BYTES_PER_KEY = 128
+# Measured with tracemalloc over 110,000 keys: 131 B each (a 16-byte digest is a 49 B
+# bytes object, an offset a 32 B int, the rest is the dict's slots at its load factor).
+BYTES_PER_KEY = 136
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 _BEFORE_CRC = struct.Struct(">qiibI")
 

@@ -1,0 +1,101 @@
+"""The cleaner's record logic against a model of Kafka's cleaner semantics."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafscale.protocol.cleaning import DELETE_HORIZON_BIT, KeyMap, clean_batch, delete_horizon
+from kafscale.protocol.compression import Compression
+from kafscale.protocol.records import Record, RecordHeader, build_batch, iter_records, split_batches
+
+from .strategies import codecs
+
+NOW = 1_700_000_000_000
+RETENTION = 60_000
+
+
+@st.composite
+def logs(draw):
+    """A partition's batches: records over a few keys, some keyless, some tombstones."""
+    batches, offset = [], 0
+    for _ in range(draw(st.integers(1, 6))):
+        count = draw(st.integers(1, 8))
+        base_timestamp = draw(st.integers(NOW - 10**9, NOW))
+        records = [Record(offset + i, base_timestamp + draw(st.integers(0, 5000)),
+                          draw(st.none() | st.sampled_from([b"a", b"b", b"c", b"d"])),
+                          draw(st.none() | st.binary(max_size=20)),
+                          tuple(RecordHeader("h", draw(st.none() | st.binary(max_size=4)))
+                                for _ in range(draw(st.integers(0, 2)))))
+                   for i in range(count)]
+        producer = draw(st.sampled_from([-1, 7]))
+        codec = draw(codecs)
+        batches.append(build_batch(records, base_offset=offset, base_timestamp=base_timestamp, compression=codec,
+                                   xerial=codec == Compression.SNAPPY, producer_id=producer,
+                                   producer_epoch=0 if producer >= 0 else -1, base_sequence=offset if producer >= 0 else -1))
+        offset += count
+    return b"".join(batches)
+
+
+def _records(data):
+    return [r for h in split_batches(data) for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))]
+
+
+def _clean(data, now):
+    headers = split_batches(data)
+    keys = KeyMap(1 << 20)
+    for header in headers:
+        assert keys.add_batch(data, header)
+    out = b""
+    for header in headers:
+        result = clean_batch(data, header, keys, now, RETENTION, producers_newest=header is headers[-1])
+        if result.data is not None:
+            out += bytes(result.data)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs())
+def test_cleaning_keeps_each_keys_newest_record_unchanged_at_its_offset(data):
+    original = _records(data)
+    newest = {r.key: r.offset for r in original if r.key is not None}
+    cleaned = _clean(data, NOW)
+    expected = [r for r in original if r.key is not None and newest[r.key] == r.offset]
+    assert _records(cleaned) == expected  # offsets, timestamps, keys, values and headers unchanged
+    for header in split_batches(cleaned):  # batches keep their offsets and producer fields
+        before = next(h for h in split_batches(data) if h.base_offset == header.base_offset)
+        assert (header.last_offset, header.producer_id, header.base_sequence) == \
+               (before.last_offset, before.producer_id, before.base_sequence)
+        tombstones = any(r.value is None for r in iter_records(cleaned[header.position:header.position + header.size],
+                                                              header.at(position=0)))
+        assert (delete_horizon(header) == NOW + RETENTION) == tombstones
+    # The second pass, past the horizon, removes the tombstones and nothing else.
+    again = _clean(cleaned, NOW + RETENTION)
+    assert _records(again) == [r for r in expected if r.value is not None]
+
+
+@settings(max_examples=60, deadline=None)
+@given(logs())
+def test_a_pass_that_removes_nothing_changes_no_byte(data):
+    cleaned = _clean(data, NOW)
+    assert _clean(cleaned, NOW) == cleaned
+
+
+def test_an_emptied_batch_of_a_producer_stays_as_its_header_only_if_it_is_its_newest():
+    first = build_batch([(b"a", b"1")], producer_id=3, producer_epoch=1, base_sequence=0)
+    second = build_batch([(b"a", b"2")], base_offset=1)
+    data = first + second
+    headers = split_batches(data)
+    keys = KeyMap(1 << 20)
+    for header in headers:
+        keys.add_batch(data, header)
+    kept = clean_batch(data, headers[0], keys, NOW, RETENTION, producers_newest=True)
+    [empty] = split_batches(kept.data)
+    assert (empty.records_count, empty.producer_id, empty.producer_epoch, empty.last_offset) == (0, 3, 1, 0)
+    assert not empty.attributes & DELETE_HORIZON_BIT and empty.compression == 0
+    assert clean_batch(data, headers[0], keys, NOW, RETENTION, producers_newest=False).data is None
+
+
+def test_the_key_map_stops_at_its_budget():
+    data = build_batch([(b"k%d" % i, b"v") for i in range(100)])
+    [header] = split_batches(data)
+    keys = KeyMap(10 * 136)
+    assert not keys.add_batch(data, header) and len(keys) == keys.capacity == 10
