@@ -48,8 +48,8 @@ from kafscale.protocol.segment import SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
 from .merging import index_before_rewrite
-from .partition_log import PartitionLog
 from .metadata import TopicInfo
+from .partition_log import PartitionLog
 from .topic_configs import TopicPolicy
 
 __all__ = ["Cleaner", "CleanerStats", "clean", "cleaning_due", "dirtiness"]
@@ -193,14 +193,16 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, poli
         return None  # damaged: served in part by the read path, never rewritten
     if segment.last_offset != piece.last_offset:
         return None  # rewritten by someone else since this gateway loaded the partition
-    newest_of_producer = newest_batch_per_producer(segment.batches)
+    keep_header = newest_batch_per_producer(segment.batches)
+    if segment.batches and not any(p.base_offset > piece.last_offset for p in partition_log.pieces):
+        keep_header.add(segment.batches[-1].position)  # the log's last batch: consumers reach its end
     builder = SegmentBuilder(segment.base_offset)
     changed = False
     removed = 0
     due: int | None = None
     for batch in segment.batches:
         result = clean_batch(segment.data, batch, keys, now_ms, policy.delete_retention_ms,
-                             producers_newest=batch.position in newest_of_producer)
+                             keep_header=batch.position in keep_header)
         changed = changed or result.changed
         removed += result.records_removed
         if result.tombstone_horizon is not None:

@@ -10,9 +10,10 @@ records keep their offset deltas: the log gets gaps). The rules, per record:
   first pass that keeps a tombstone sets the horizon, now + ``delete.retention.ms``,
   in the batch as Kafka does (attribute bit 6, the base timestamp holds the horizon,
   each record's timestamp delta is rewritten so its timestamp is unchanged);
-- a batch left without records goes, unless it is the newest batch its producer has
-  in the segment: then its header stays, empty, so the idempotent producer's
-  sequence survives cleaning;
+- a batch left without records goes, unless the caller keeps its header: the newest
+  batch its producer has in the segment (so the idempotent producer's sequence
+  survives cleaning), and the last batch of the log (so a consumer reading to the
+  end reaches the high watermark; Kafka never cleans its active segment);
 - control batches (transaction markers) stay as they are.
 
 Records that stay are copied byte for byte (only a timestamp delta changes when a
@@ -158,9 +159,9 @@ class CleanedBatch:
 
 
 def clean_batch(data: bytes | memoryview, header: BatchHeader, keys: KeyMap, now_ms: int,
-                delete_retention_ms: int, *, producers_newest: bool) -> CleanedBatch:
+                delete_retention_ms: int, *, keep_header: bool) -> CleanedBatch:
     """Clean one stored batch (``header.position`` locates it in ``data``).
-    ``producers_newest``: it is the newest batch of its producer in the segment."""
+    ``keep_header``: if no record stays, the batch stays as an empty header."""
     original = memoryview(data)[header.position:header.position + header.size]
     if header.attributes & _CONTROL_BIT:
         return CleanedBatch(original, False, 0, None)
@@ -182,7 +183,7 @@ def clean_batch(data: bytes | memoryview, header: BatchHeader, keys: KeyMap, now
     if not removed and new_horizon == horizon:
         return CleanedBatch(original, False, 0, new_horizon if has_tombstones else None)
     if not kept:
-        if header.producer_id >= 0 and producers_newest:
+        if keep_header:
             return CleanedBatch(_empty_batch(header), True, removed, None)
         return CleanedBatch(None, True, removed, None)
     xerial = header.compression == Compression.SNAPPY and bytes(original[BATCH_HEADER_SIZE:]).startswith(XERIAL_MAGIC)
@@ -222,7 +223,7 @@ def _rebuild(header: BatchHeader, payload: bytes, kept: list[_Record], horizon: 
 
 
 def _empty_batch(header: BatchHeader) -> bytes:
-    """Kafka's empty batch: the header alone, uncompressed, kept for the producer's sequence."""
+    """Kafka's empty batch: the header alone, uncompressed, its offsets still covered."""
     attributes = header.attributes & ~(_CODEC_MASK | DELETE_HORIZON_BIT)
     return _encode(header, attributes, header.max_timestamp, header.max_timestamp, 0, b"")
 

@@ -14,9 +14,9 @@ from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 from kafscale.protocol.record_policy import (
     CODECS,
+    recompress,
     records_out_of_time,
     records_without_key,
-    recompress,
     stamp_log_append_time,
 )
 from kafscale.protocol.records import BatchHeader, split_batches, validate_record_set

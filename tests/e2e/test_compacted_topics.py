@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.support.gateway_process import GatewayProcess
 
@@ -209,3 +209,45 @@ def test_sarama_reads_the_cleaned_log(tombstones_gone, tmp_path):
     records = json.loads(done.stdout.strip().splitlines()[-1])["records"]
     assert [(r["offset"], r["key"].encode(), r["value"].encode()) for r in records] == _expected(live, start)
     assert not any(r["null"] for r in records)
+
+
+def test_a_schema_registry_style_store_reads_its_compacted_topic_to_the_end(tmp_path):
+    """What Schema Registry does at start-up: check that ``_schemas`` is one compacted
+    partition, then read it to the end offset (by position) for each key's latest value,
+    also when the log's last records were cleaned away."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as Partition
+
+    gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "200", "--cleaner-backoff-ms", "200").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("_schemas", 1, 1, config={
+            "cleanup.policy": "compact", "delete.retention.ms": "500"})])["_schemas"].result(10)
+        resource = ConfigResource("topic", "_schemas")
+        described = admin.describe_configs([resource])[resource].result(10)
+        assert described["cleanup.policy"].value == "compact"
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+        writes = [("s1", "v1"), ("s2", "v1"), ("s3", "v1"), ("s1", "v2"), ("s4", "v1"), ("s5", "v1"),
+                  ("s3", None), ("s5", None)]  # the log ends with a tombstone
+        for key, value in writes:
+            producer.produce("_schemas", key=key.encode(), value=value and value.encode())
+            producer.flush(10)  # one batch each
+        # s1 v1, s3 v1, s5 v1 and both tombstones: the last batch is left empty (its header stays).
+        _wait_for(lambda: gateway.metric("kafscale_cleaner_records_removed") >= 5, 60,
+                  "superseded records and expired tombstones cleaned")
+        consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap, enable_auto_commit=False)
+        tp = Partition("_schemas", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        assert end == len(writes)
+        latest: dict[bytes, bytes | None] = {}
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end:  # Schema Registry's KafkaStoreReaderThread
+            assert time.monotonic() < deadline, f"stuck at {consumer.position(tp)} of {end}"
+            for records in consumer.poll(timeout_ms=500).values():
+                latest.update((record.key, record.value) for record in records)
+        consumer.close()
+        assert {k: v for k, v in latest.items() if v is not None} == {b"s1": b"v2", b"s2": b"v1", b"s4": b"v1"}
+    finally:
+        gateway.kill()

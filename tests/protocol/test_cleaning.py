@@ -46,7 +46,7 @@ def _clean(data, now):
         assert keys.add_batch(data, header)
     out = b""
     for header in headers:
-        result = clean_batch(data, header, keys, now, RETENTION, producers_newest=header is headers[-1])
+        result = clean_batch(data, header, keys, now, RETENTION, keep_header=header is headers[-1] and header.producer_id >= 0)
         if result.data is not None:
             out += bytes(result.data)
     return out
@@ -79,7 +79,7 @@ def test_a_pass_that_removes_nothing_changes_no_byte(data):
     assert _clean(cleaned, NOW) == cleaned
 
 
-def test_an_emptied_batch_of_a_producer_stays_as_its_header_only_if_it_is_its_newest():
+def test_an_emptied_batch_stays_as_its_header_only_when_asked():
     first = build_batch([(b"a", b"1")], producer_id=3, producer_epoch=1, base_sequence=0)
     second = build_batch([(b"a", b"2")], base_offset=1)
     data = first + second
@@ -87,11 +87,11 @@ def test_an_emptied_batch_of_a_producer_stays_as_its_header_only_if_it_is_its_ne
     keys = KeyMap(1 << 20)
     for header in headers:
         keys.add_batch(data, header)
-    kept = clean_batch(data, headers[0], keys, NOW, RETENTION, producers_newest=True)
+    kept = clean_batch(data, headers[0], keys, NOW, RETENTION, keep_header=True)
     [empty] = split_batches(kept.data)
     assert (empty.records_count, empty.producer_id, empty.producer_epoch, empty.last_offset) == (0, 3, 1, 0)
     assert not empty.attributes & DELETE_HORIZON_BIT and empty.compression == 0
-    assert clean_batch(data, headers[0], keys, NOW, RETENTION, producers_newest=False).data is None
+    assert clean_batch(data, headers[0], keys, NOW, RETENTION, keep_header=False).data is None
 
 
 def test_the_key_map_stops_at_its_budget():
