@@ -249,3 +249,46 @@ def test_format_kafscale_resolves_from_another_directory(produced, tmp_path):
     done = subprocess.run([sys.executable, "-c", job], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert "ROWS 600" in done.stdout, done.stderr[-3000:]
+
+
+def test_a_cleaned_compacted_topic_reads_as_a_consumer_sees_it(spark, tmp_path):
+    """A compacted topic after the cleaner: segments with gaps, empty batches kept for
+    producers and the log's end, tombstones (null values), and the newest records still
+    in log objects. The DataFrame holds exactly the consumer's records."""
+    data = tmp_path / "data"
+    gateway = GatewayProcess(data, "--compaction-delay-ms", "200", "--cleaner-backoff-ms", "200").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("sp-compact", num_partitions=2, replication_factor=1,
+                                      config={"cleanup.policy": "compact"})])["sp-compact"].result(10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                             "compression.type": "zstd"})
+        for i in range(3000):
+            value = None if i % 97 == 0 else f"value-{i}".encode()
+            producer.produce("sp-compact", key=f"k{i % 150}".encode(), value=value, partition=i % 2)
+            if i % 500 == 499:
+                producer.flush(10)
+        assert producer.flush(10) == 0
+        deadline = time.monotonic() + 60
+        while gateway.metric("kafscale_cleaner_records_removed") < 2500 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert gateway.metric("kafscale_cleaner_records_removed") >= 2500
+        df = spark.read.format("kafscale").option("subscribe", "sp-compact").load(str(data))
+        rows = [(bytes(r.key), r.value and bytes(r.value), r.partition, r.offset)
+                for r in df.orderBy("partition", "offset").collect()]
+        consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "check", "enable.auto.commit": False,
+                             "enable.partition.eof": True})
+        consumer.assign([TopicPartition("sp-compact", p, 0) for p in range(2)])
+        consumed, ends = [], 0
+        while ends < 2:
+            message = consumer.poll(10)
+            assert message is not None
+            if message.error():
+                ends += 1
+                continue
+            consumed.append((message.key(), message.value(), message.partition(), message.offset()))
+        consumer.close()
+        assert len(rows) < 1000 and rows == sorted(consumed, key=lambda r: (r[2], r[3]))
+        assert any(value is None for _, value, _, _ in rows)
+    finally:
+        gateway.kill()
