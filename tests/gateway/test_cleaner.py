@@ -160,3 +160,35 @@ async def test_records_keep_their_bytes_and_timestamps(nursery):
                                                                         h.at(position=0))]
     assert [(r.offset, r.timestamp, r.key, r.value) for r in records[:2]] == [(1, 2_000, b"b", None),
                                                                               (2, 3_000, b"c", b"x")]
+
+
+async def test_a_cleaner_that_lost_the_partition_before_its_rewrite_publishes_nothing(nursery):
+    """Another gateway took the partition over (a newer epoch) after this one mapped the
+    keys: every rewrite is asked of ownership first, so nothing is written."""
+    from kafscale.gateway.cleaner import CleanerStats, clean
+
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "o", cleanup_policy="compact")
+    for i in range(5):
+        await _produce(client, "o", [(b"a", b"%d" % i), (b"b", b"%d" % i)])
+    logs = running.context.logs
+    await logs.compactor.pass_once(everything=True)
+    partition_log = logs.loaded()[0]
+    store = partition_log.store
+    writes = []
+    original_get, original_put = store.get_versioned, store.put_if_unchanged
+
+    async def get_versioned(key):
+        partition_log._owned_epoch = lambda: partition_log.epoch + 1  # taken over, under a newer epoch
+        return await original_get(key)
+
+    async def put_if_unchanged(key, data, version):
+        writes.append(key)
+        return await original_put(key, data, version)
+
+    store.get_versioned, store.put_if_unchanged = get_versioned, put_if_unchanged
+    policy = logs.policy(logs.topics()["o"])
+    assert await clean(partition_log, policy, 1 << 20, CleanerStats()) == 0
+    assert writes == [] and partition_log.cleaned_end == 0  # the next owner cleans it from the start
+    assert len(await _read_all(client, "o")) == 10
