@@ -49,7 +49,7 @@ class Cluster:
             "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
             "--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG",
             # Compaction and the janitor run throughout the failovers, not after them.
-            "--compaction-delay-ms", str(COMPACTION_DELAY_MS),
+            "--compaction-delay-ms", str(COMPACTION_DELAY_MS), "--cleaner-backoff-ms", "300",
         )
         gateway.log_path = self.tmp_path / f"gateway-{node_id}.log"
         return gateway
