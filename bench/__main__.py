@@ -7,6 +7,7 @@ import sys
 from . import (
     billable_bench,
     broker_bench,
+    cleaner_bench,
     cluster_bench,
     group_bench,
     latency_bench,
@@ -31,6 +32,7 @@ SECTIONS = {
     "spark": spark_bench.run,
     "cluster": cluster_bench.run,
     "security": security_bench.run,
+    "cleaner": cleaner_bench.run,
 }
 
 

@@ -2,7 +2,7 @@
 never shares a GIL with the broker under test). Prints one JSON line.
 
     python -m bench.load create BOOTSTRAP TOPIC PARTITIONS
-    python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE [PARTITIONS]
+    python -m bench.load produce BOOTSTRAP TOPIC COUNT SIZE [PARTITIONS [KEYS]]
     python -m bench.load consume BOOTSTRAP TOPIC COUNT PARTITIONS
     python -m bench.load latency BOOTSTRAP TOPIC RATE SECONDS
     python -m bench.load connect BOOTSTRAP COUNT
@@ -33,7 +33,8 @@ def create(bootstrap: str, topic: str, partitions: int) -> None:
             raise
 
 
-def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int = 3) -> dict:
+def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int = 3, keys: int = 0) -> dict:
+    """``keys``: each record gets one of that many 16-byte keys (round robin), else none."""
     create(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
@@ -50,7 +51,10 @@ def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int =
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value=payload, on_delivery=report)
+                if keys:
+                    producer.produce(topic, key=b"%016d" % (i % keys), value=payload, on_delivery=report)
+                else:
+                    producer.produce(topic, value=payload, on_delivery=report)
                 break
             except BufferError:
                 producer.poll(0.001)

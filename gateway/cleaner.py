@@ -90,8 +90,9 @@ def cleaning_due(partition_log: PartitionLog, policy: TopicPolicy, now_ms: int) 
         return False
     if partition_log.tombstones_due_ms is not None and now_ms >= partition_log.tombstones_due_ms:
         return True
-    if partition_log.cleanable_from_ms is not None and now_ms < partition_log.cleanable_from_ms:
-        return False
+    held = partition_log.held_back_by_ms
+    if held is not None and now_ms - held < policy.min_compaction_lag_ms:
+        return False  # the topic's current lag, so a changed config applies at once
     dirty, total = dirtiness(partition_log)
     if not dirty:
         return False
@@ -106,7 +107,7 @@ class _Pass:
     keys: KeyMap
     mapped_end: int
     stop: int  # rewrite segments starting below this offset
-    cleanable_from_ms: int | None = None
+    held_back_by_ms: int | None = None  # newest timestamp of the segment min.compaction.lag stopped at
 
 
 async def _map(partition_log: PartitionLog, policy: TopicPolicy, budget: int, now_ms: int,
@@ -120,14 +121,14 @@ async def _map(partition_log: PartitionLog, policy: TopicPolicy, budget: int, no
             continue
         known = partition_log.segment_max_timestamps.get(piece.cache_key)
         if policy.min_compaction_lag_ms and known is not None and known > youngest_allowed:
-            work.cleanable_from_ms = known + policy.min_compaction_lag_ms
+            work.held_back_by_ms = known
             break
         loaded = await partition_log.load_piece(piece, keep=False)
         if loaded.damaged:
             break  # cleaned up to it; a damaged segment is never rewritten
         newest = max((b.max_timestamp for b in loaded.batches), default=0)
         if policy.min_compaction_lag_ms and newest > youngest_allowed:
-            work.cleanable_from_ms = newest + policy.min_compaction_lag_ms
+            work.held_back_by_ms = newest
             break
         stats.bytes_read += piece.size
         complete = True
@@ -171,7 +172,7 @@ async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: 
                 tombstones_due = due if tombstones_due is None else min(tombstones_due, due)
             await trio.lowlevel.checkpoint()
         if finished:
-            partition_log.cleaning_done(work.mapped_end, tombstones_due, work.cleanable_from_ms)
+            partition_log.cleaning_done(work.mapped_end, tombstones_due, work.held_back_by_ms)
         stats.passes += 1
         stats.segments_rewritten += rewritten
         stats.seconds += time.monotonic() - started

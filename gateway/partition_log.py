@@ -166,7 +166,7 @@ class PartitionLog:
         self.cleaned_end = 0
         self.dirty_since_ms: int | None = None  # wall time the oldest segment not cleaned arrived
         self.tombstones_due_ms: int | None = None  # when the next kept tombstone's horizon passes
-        self.cleanable_from_ms: int | None = None  # min.compaction.lag holds the dirty segments until then
+        self.held_back_by_ms: int | None = None  # newest timestamp of the dirty segment min.compaction.lag held
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -191,7 +191,7 @@ class PartitionLog:
         self.producers = producers
         self.cleaned_end = 0
         self.dirty_since_ms = _wall_ms() if any(p.kind == SEGMENT for p in self.pieces) else None
-        self.tombstones_due_ms = self.cleanable_from_ms = None
+        self.tombstones_due_ms = self.held_back_by_ms = None
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -313,11 +313,11 @@ class PartitionLog:
         self.segment_max_timestamps.pop(old.cache_key, None)
         self.segment_max_timestamps[new.cache_key] = max_timestamp
 
-    def cleaning_done(self, mapped_end: int, tombstones_due_ms: int | None, cleanable_from_ms: int | None) -> None:
+    def cleaning_done(self, mapped_end: int, tombstones_due_ms: int | None, held_back_by_ms: int | None) -> None:
         """A cleaning pass mapped keys up to ``mapped_end``: what is below is clean."""
         self.cleaned_end = max(self.cleaned_end, mapped_end)
         self.tombstones_due_ms = tombstones_due_ms
-        self.cleanable_from_ms = cleanable_from_ms
+        self.held_back_by_ms = held_back_by_ms
         if not any(p.kind == SEGMENT and p.last_offset >= self.cleaned_end for p in self.pieces):
             self.dirty_since_ms = None
 

@@ -251,3 +251,37 @@ def test_a_schema_registry_style_store_reads_its_compacted_topic_to_the_end(tmp_
         assert {k: v for k, v in latest.items() if v is not None} == {b"s1": b"v2", b"s2": b"v1", b"s4": b"v1"}
     finally:
         gateway.kill()
+
+
+def test_a_record_without_a_key_is_refused_by_a_compacted_topic(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("keyed", 1, 1, config={"cleanup.policy": "compact"})])["keyed"].result(10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all", "linger.ms": 0})
+        reports = []
+        producer.produce("keyed", value=b"no key", on_delivery=lambda err, msg: reports.append(err))
+        producer.flush(10)
+        producer.produce("keyed", key=b"k", value=b"keyed", on_delivery=lambda err, msg: reports.append(err))
+        producer.flush(10)
+        assert reports[0] is not None and reports[0].name() == "INVALID_RECORD"
+        assert reports[1] is None
+        got = _read_topic(gateway.bootstrap, "keyed")
+        assert [(o, k, v) for o, k, v in got] == [(0, b"k", b"keyed")]  # the refused record took no offset
+    finally:
+        gateway.kill()
+
+
+def _read_topic(bootstrap: str, topic: str) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while (message := consumer.poll(10)) is not None:
+            if message.error():
+                return out
+            out.append((message.offset(), message.key(), message.value()))
+        raise AssertionError("no end of partition within 10 s")
+    finally:
+        consumer.close()

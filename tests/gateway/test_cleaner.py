@@ -128,6 +128,18 @@ async def test_min_compaction_lag_holds_young_segments(nursery):
     assert await _read_all(client, "m") == [(1, b"a", b"2")]
 
 
+async def test_lowering_min_compaction_lag_applies_at_once(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "ml", cleanup_policy="compact", min_compaction_lag_ms=str(10**9))
+    await _produce(client, "ml", [(b"a", b"1"), (b"a", b"2")])
+    logs = running.context.logs
+    await _settle(running)  # held back
+    await logs.alter_topic_configs("ml", {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+    assert await logs.cleaner.pass_once() == 1  # due now, not when the old lag would have passed
+    assert await _read_all(client, "ml") == [(1, b"a", b"2")]
+
+
 async def test_a_producers_newest_batch_header_survives_cleaning(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
