@@ -44,7 +44,8 @@ from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import index_key
 from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.records import parse_batch_header
-from kafscale.protocol.segment import SegmentBuilder, read_segment
+from kafscale.protocol.log_object import EntryBatches
+from kafscale.protocol.segment import Segment, SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
 from .merging import index_before_rewrite
@@ -131,21 +132,27 @@ async def _map(partition_log: PartitionLog, policy: TopicPolicy, budget: int, no
             work.held_back_by_ms = newest
             break
         stats.bytes_read += piece.size
-        complete = True
-        for batch in loaded.batches:
-            if batch.last_offset < first_dirty:
-                continue
-            if not work.keys.add_batch(loaded.data, batch):
-                complete = False
-                break
-            work.mapped_end = batch.last_offset + 1
+        # Decompressing and hashing a segment's records is seconds of CPU for a large one:
+        # off the event loop, so requests keep being served meanwhile.
+        mapped_to = await trio.to_thread.run_sync(_map_segment, work.keys, loaded, first_dirty)
         work.stop = piece.last_offset + 1
-        if complete:
+        if mapped_to is None:
             work.mapped_end = piece.last_offset + 1
         else:
-            break
-        await trio.lowlevel.checkpoint()
+            work.mapped_end = max(work.mapped_end, mapped_to)
+            break  # the key map is full: the next pass goes on from here
     return work
+
+
+def _map_segment(keys: KeyMap, loaded: Segment | EntryBatches, first_dirty: int) -> int | None:
+    """Map the segment's records from ``first_dirty`` on; ``None`` if all of them fit, else
+    the offset mapping stopped before."""
+    for batch in loaded.batches:
+        if batch.last_offset < first_dirty:
+            continue
+        if not keys.add_batch(loaded.data, batch):
+            return batch.base_offset
+    return None
 
 
 async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: int, stats: CleanerStats,
@@ -189,7 +196,7 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, poli
     except ObjectNotFound:
         return None  # merged away since the pass began
     try:
-        segment = read_segment(data)
+        segment = await trio.to_thread.run_sync(read_segment, data)  # its CRC and batches checked
     except SegmentFormatError:
         return None  # damaged: served in part by the read path, never rewritten
     if segment.last_offset != piece.last_offset:
@@ -197,22 +204,9 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, poli
     keep_header = newest_batch_per_producer(segment.batches)
     if segment.batches and not any(p.base_offset > piece.last_offset for p in partition_log.pieces):
         keep_header.add(segment.batches[-1].position)  # the log's last batch: consumers reach its end
-    builder = SegmentBuilder(segment.base_offset)
-    changed = False
-    removed = 0
-    due: int | None = None
-    for batch in segment.batches:
-        result = clean_batch(segment.data, batch, keys, now_ms, policy.delete_retention_ms,
-                             keep_header=batch.position in keep_header)
-        changed = changed or result.changed
-        removed += result.records_removed
-        if result.tombstone_horizon is not None:
-            due = result.tombstone_horizon if due is None else min(due, result.tombstone_horizon)
-        if result.data is not None:
-            builder.skip_to(batch.base_offset)
-            builder.append(result.data, [parse_batch_header(result.data, 0)])
-    builder.skip_to(segment.last_offset + 1)
-    if not changed:
+    builder, removed, due = await trio.to_thread.run_sync(_clean_segment, segment, keys, keep_header, now_ms,
+                                                          policy.delete_retention_ms)
+    if builder is None:
         return 0, due
     if not partition_log.writable():
         return None
@@ -232,6 +226,28 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, poli
     stats.bytes_removed += len(data) - len(cleaned)
     log.debug("cleaned %s: %d records removed, %d -> %d bytes", piece.key, removed, len(data), len(cleaned))
     return 1, due
+
+
+def _clean_segment(segment: Segment, keys: KeyMap, keep_header: set[int], now_ms: int,
+                   delete_retention_ms: int) -> tuple[SegmentBuilder | None, int, int | None]:
+    """The segment cleaned (``None`` if nothing changed), the records removed, and when the
+    earliest tombstone it keeps may go."""
+    builder = SegmentBuilder(segment.base_offset)
+    changed = False
+    removed = 0
+    due: int | None = None
+    for batch in segment.batches:
+        result = clean_batch(segment.data, batch, keys, now_ms, delete_retention_ms,
+                             keep_header=batch.position in keep_header)
+        changed = changed or result.changed
+        removed += result.records_removed
+        if result.tombstone_horizon is not None:
+            due = result.tombstone_horizon if due is None else min(due, result.tombstone_horizon)
+        if result.data is not None:
+            builder.skip_to(batch.base_offset)
+            builder.append(result.data, [parse_batch_header(result.data, 0)])
+    builder.skip_to(segment.last_offset + 1)
+    return (builder if changed else None), removed, due
 
 
 class CleanedLogs(Protocol):
