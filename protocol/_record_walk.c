@@ -2,9 +2,10 @@
  * records._walk_records (which stays as the reference and the fallback), about
  * forty times faster, so validating every record costs little next to the CRC.
  *
- * walk(buffer, pos, end, count) -> end position of the last record, or raises
- * ValueError((kind, message)) where kind 0 means a corrupt batch and 1 means
- * records that contradict the header (INVALID_RECORD).
+ * walk(buffer, pos, end, count, keyless) -> end position of the last record, or
+ * raises ValueError((kind, message)) where kind 0 means a corrupt batch and 1 means
+ * records that contradict the header (INVALID_RECORD). ``keyless`` is a list the
+ * walk appends the index of each record without a key to, or None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -69,8 +70,14 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, end;
     long long count;
-    if (!PyArg_ParseTuple(args, "y*nnL", &view, &pos, &end, &count))
+    PyObject *keyless = Py_None;
+    if (!PyArg_ParseTuple(args, "y*nnL|O", &view, &pos, &end, &count, &keyless))
         return NULL;
+    if (keyless != Py_None && !PyList_Check(keyless)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "keyless must be a list or None");
+        return NULL;
+    }
     PyObject *result = NULL;
     if (pos < 0 || end > view.len || pos > end) {
         fail(CORRUPT, "record section %zd..%zd outside the buffer", pos, end);
@@ -101,7 +108,19 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             fail(INVALID, "record %lld has offset delta %lld", expected, (long long)offset_delta);
             goto done;
         }
+        Py_ssize_t key_at = cursor;
         int ok = !r.failed && skip_field(&r, &cursor, 1) && skip_field(&r, &cursor, 1);
+        if (ok && keyless != Py_None) {
+            Reader k = {data, record_end, 0};
+            if (read_varint(&k, &key_at) < 0) {
+                PyObject *index = PyLong_FromLongLong(expected);
+                if (index == NULL || PyList_Append(keyless, index) < 0) {
+                    Py_XDECREF(index);
+                    goto done;
+                }
+                Py_DECREF(index);
+            }
+        }
         if (ok) {
             int64_t headers = read_varint(&r, &cursor);
             if (!r.failed && headers < 0) {

@@ -18,6 +18,7 @@ __all__ = [
     "UnsupportedVersion",
     "CorruptBatch",
     "CompressionError",
+    "RecordsWithoutKey",
     "InvalidRecord",
     "SegmentFormatError",
 ]
@@ -78,6 +79,16 @@ class InvalidRecord(CorruptBatch):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.code = ErrorCode.invalid_record
+
+
+class RecordsWithoutKey(InvalidRecord):
+    """Records without a key sent to a compacted topic (INVALID_RECORD, as Kafka answers);
+    ``indexes`` are their places in their batch (Produce v8+ ``record_errors``)."""
+
+    def __init__(self, indexes: list[int]) -> None:
+        super().__init__(f"a compacted topic cannot accept a record without a key ({len(indexes)} in the batch, "
+                         f"the first at index {indexes[0]})")
+        self.indexes = indexes
 
 
 class SegmentFormatError(Exception):

@@ -1,5 +1,6 @@
-"""What a topic's configs ask of produced batches, sans-io: keys on compacted topics,
-timestamp bounds, LogAppendTime, and the topic's codec.
+"""What a topic's configs ask of produced batches, sans-io: timestamp bounds,
+LogAppendTime, and the topic's codec (keys on compacted topics are checked by the
+validating walk, :func:`kafscale.protocol.records.validate_record_set`).
 
 The checks find the records at fault (their index in their batch, Kafka's
 ``record_errors``); the changes rewrite a batch in place or as new bytes, with a
@@ -15,7 +16,7 @@ from crc32c import crc32c
 from .compression import Compression, compress, decompress
 from .records import BATCH_HEADER_SIZE, BatchHeader, decode_columns
 
-__all__ = ["CODECS", "records_without_key", "records_out_of_time", "stamp_log_append_time", "recompress"]
+__all__ = ["CODECS", "records_out_of_time", "stamp_log_append_time", "recompress"]
 
 CODECS = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
           "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -32,21 +33,11 @@ _UINT32 = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
 
 
-def _columns(data: bytes | memoryview, header: BatchHeader) -> tuple[list, list, list, list, None]:
-    columns: tuple[list, list, list, list, None] = ([], [], [], [], None)
-    decode_columns(data, header, -(1 << 63), 1 << 63, columns)
-    return columns
-
-
-def records_without_key(data: bytes | memoryview, header: BatchHeader) -> list[int]:
-    """Indexes of the batch's records that have no key (a compacted topic refuses them)."""
-    keys = _columns(data, header)[2]
-    return [index for index, key in enumerate(keys) if key is None]
-
-
 def records_out_of_time(data: bytes | memoryview, header: BatchHeader, earliest: int, latest: int) -> list[int]:
     """Indexes of the batch's records whose CreateTime is outside ``[earliest, latest]``."""
-    timestamps = _columns(data, header)[1]
+    columns: tuple[list, list, list, list, None] = ([], [], [], [], None)
+    decode_columns(data, header, -(1 << 63), 1 << 63, columns)
+    timestamps = columns[1]
     return [index for index, stamp in enumerate(timestamps) if not earliest <= stamp <= latest]
 
 

@@ -31,10 +31,10 @@ from typing import Any, NamedTuple, cast
 from crc32c import crc32c
 
 from .compression import Compression, compress, decompress
-from .errors import CorruptBatch, InvalidRecord
+from .errors import CorruptBatch, InvalidRecord, RecordsWithoutKey
 from .varint import read_varint, write_varint
 
-_native_walk: Callable[[Any, int, int, int], int] | None
+_native_walk: Callable[[Any, int, int, int, list[int] | None], int] | None
 try:  # the C record walk (protocol/_record_walk.c); the Python one below is the reference
     from ._record_walk import walk as _native_walk
 except ImportError:  # pragma: no cover - a build without a compiler
@@ -203,11 +203,15 @@ def salvage_batches(data: bytes | memoryview, start: int, end: int, first_offset
     return intact, damaged
 
 
-def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 30) -> list[BatchHeader]:
+def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 30, *,
+                        require_keys: bool = False) -> list[BatchHeader]:
     """What a produce request must pass: at least one batch, each well formed with a good
     CRC, a record count that agrees with its last offset delta, and records (decompressed
     to at most ``max_uncompressed`` bytes) that agree with both. A batch is stored as
-    sent, so a lie in its header would become wrong offsets for every reader."""
+    sent, so a lie in its header would become wrong offsets for every reader.
+
+    ``require_keys`` (a compacted topic): a batch holding records without a key raises
+    :class:`RecordsWithoutKey` naming them, found by the same walk."""
     headers = split_batches(data)
     if not headers:
         raise CorruptBatch("empty record set")
@@ -217,17 +221,23 @@ def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 3
                 f"batch at position {header.position} has {header.records_count} records "
                 f"but last offset delta {header.last_offset_delta}"
             )
-        check_records(data, header, max_uncompressed)
+        keyless: list[int] | None = [] if require_keys else None
+        check_records(data, header, max_uncompressed, keyless)
+        if keyless:
+            raise RecordsWithoutKey(keyless)
     return headers
 
 
-def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompressed: int = 1 << 30) -> None:
+def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompressed: int = 1 << 30,
+                  keyless: list[int] | None = None) -> None:
     """Walk a batch's records without materialising them: each record's fields must add
     up to its length, offset deltas must run 0, 1, ... and the count must match the header.
 
     :raises CompressionError: the payload does not decompress (within the bound).
     :raises InvalidRecord: the records contradict the header's count or offsets.
     :raises CorruptBatch: a record's fields run past it or past the batch.
+
+    ``keyless``, if a list, gets the index of each record without a key.
     """
     begin = header.position + BATCH_HEADER_SIZE
     end = header.position + header.size
@@ -236,29 +246,32 @@ def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompresse
         begin, end = 0, len(payload)
     else:
         payload = data
-    pos = walk_records(payload, begin, end, header.records_count)
+    pos = walk_records(payload, begin, end, header.records_count, keyless=keyless)
     if pos != end:
         raise InvalidRecord(
             f"batch at position {header.position} holds more records than its count {header.records_count}"
         )
 
 
-def walk_records(payload: bytes | memoryview, pos: int, end: int, count: int, *, native: bool = True) -> int:
+def walk_records(payload: bytes | memoryview, pos: int, end: int, count: int, *, native: bool = True,
+                 keyless: list[int] | None = None) -> int:
     """Walk ``count`` records in ``payload[pos:end]``; returns where the last one ends.
-    The C walk when built (a few ns a record), else the Python one (about 1 us)."""
+    The C walk when built (a few ns a record), else the Python one (about 1 us).
+    ``keyless``, if a list, gets the index of each record without a key."""
     if native and _native_walk is not None:
         try:
-            return _native_walk(payload, pos, end, count)
+            return _native_walk(payload, pos, end, count, keyless)
         except ValueError as exc:
             kind, message = exc.args
             raise (InvalidRecord if kind else CorruptBatch)(message) from None
     try:
-        return _walk_records(payload, pos, end, count)
+        return _walk_records(payload, pos, end, count, keyless)
     except IndexError:
         raise CorruptBatch("a record runs past the end of the batch") from None
 
 
-def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int) -> int:
+def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int,
+                  keyless: list[int] | None = None) -> int:
     # The reference for the C walk, and its fallback: plain rather than fast.
     for expected in range(count):
         if pos >= end:
@@ -271,9 +284,11 @@ def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int) -
         offset_delta, cursor = read_varint(payload, cursor)
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
-        for _ in range(2):  # key, value; a negative length is null
+        for field in range(2):  # key, value; a negative length is null
             size, cursor = read_varint(payload, cursor)
             cursor += max(size, 0)
+            if field == 0 and size < 0 and keyless is not None and cursor <= record_end:
+                keyless.append(expected)
         cursor = _skip_headers(payload, cursor, record_end, expected)
         if cursor != record_end:
             raise CorruptBatch(f"record {expected}: its fields do not add up to its length {length}")

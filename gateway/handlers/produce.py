@@ -10,13 +10,12 @@ import trio
 
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import to_millis
-from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError
+from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError, RecordsWithoutKey
 from kafscale.protocol.messages import Request
 from kafscale.protocol.record_policy import (
     CODECS,
     recompress,
     records_out_of_time,
-    records_without_key,
     stamp_log_append_time,
 )
 from kafscale.protocol.records import BatchHeader, split_batches, validate_record_set
@@ -50,12 +49,9 @@ class RecordsRefused(Exception):
 def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHeader],
                  now_ms: int) -> tuple[bytearray, list[BatchHeader]]:
     """Check and rewrite a validated record set as the topic's configs ask, as Kafka's
-    LogValidator does: keys on compacted topics, CreateTime bounds, the topic's codec,
-    LogAppendTime."""
+    LogValidator does: CreateTime bounds, the topic's codec, LogAppendTime (keys on
+    compacted topics are checked by the validating walk)."""
     for header in headers:
-        if policy.compact and (keyless := records_without_key(records, header)):
-            raise RecordsRefused(ErrorCode.invalid_record,
-                                 "a compacted topic cannot accept a record without a key", keyless)
         if policy.checks_timestamps and not policy.log_append_time:
             late = records_out_of_time(records, header, now_ms - policy.timestamp_before_max_ms,
                                        now_ms + policy.timestamp_after_max_ms)
@@ -133,7 +129,12 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 continue
             try:
                 # Records may not inflate past what one request may carry.
-                headers = validate_record_set(records, config.limits.max_frame_bytes)
+                headers = validate_record_set(records, config.limits.max_frame_bytes, require_keys=policy.compact)
+            except RecordsWithoutKey as exc:
+                results[key] = _partition(part.index, exc.code, message=str(exc), record_errors=[
+                    dict(batch_index=i, batch_index_error_message="a compacted topic cannot accept a record "
+                         "without a key") for i in exc.indexes[:100]])
+                continue
             except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
                 results[key] = _partition(part.index, exc.code, message=str(exc))
                 continue

@@ -117,14 +117,16 @@ def test_the_c_record_walk_is_built():
 
 
 def _outcome(payload: bytes, pos: int, end: int, count: int, native: bool):
+    """(end position or the kind of refusal, the records found without a key)."""
     from kafscale.protocol.records import walk_records
 
+    keyless: list[int] = []
     try:
-        return walk_records(payload, pos, end, count, native=native)
+        return walk_records(payload, pos, end, count, native=native, keyless=keyless), keyless
     except InvalidRecord:
-        return "invalid"
+        return "invalid", None
     except CorruptBatch:
-        return "corrupt"
+        return "corrupt", None
 
 
 @given(records=record_lists(), data=st.data())
@@ -145,3 +147,20 @@ def test_the_c_walk_agrees_with_the_python_walk(records, data):
 @given(payload=st.binary(max_size=200), count=st.integers(0, 5))
 def test_the_c_walk_agrees_on_garbage(payload, count):
     assert _outcome(payload, 0, len(payload), count, True) == _outcome(payload, 0, len(payload), count, False)
+
+
+@given(records=record_lists())
+def test_the_walk_names_the_records_without_a_key(records):
+    from kafscale.protocol.errors import RecordsWithoutKey
+
+    dense = _dense(records)
+    batch = build_batch(dense)
+    expected = [i for i, record in enumerate(dense) if record.key is None]
+    for native in (True, False):
+        assert _outcome(batch, BATCH_HEADER_SIZE, len(batch), len(dense), native)[1] == expected
+    if expected:
+        with pytest.raises(RecordsWithoutKey) as refused:
+            validate_record_set(batch, require_keys=True)
+        assert refused.value.indexes == expected and refused.value.code == ErrorCode.invalid_record
+    else:
+        validate_record_set(batch, require_keys=True)
