@@ -42,9 +42,9 @@ from kafscale.protocol.cleaning import KeyMap, clean_batch, newest_batch_per_pro
 from kafscale.protocol.errors import KafkaError, SegmentFormatError
 from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import index_key
+from kafscale.protocol.log_object import EntryBatches
 from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.records import parse_batch_header
-from kafscale.protocol.log_object import EntryBatches
 from kafscale.protocol.segment import Segment, SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
