@@ -37,13 +37,20 @@ def _partition(index: int, code: ErrorCode, base_offset: int = -1, log_start_off
                 current_leader=dict(leader_id=-1, leader_epoch=-1))
 
 
+def _refused(index: int, code: ErrorCode, reason: str, indexes: list[int]) -> dict:
+    """A batch refused for some of its records, nothing of it stored: Produce v8+ names
+    each (Kafka's record_errors, the first 100)."""
+    return _partition(index, code, message=f"{len(indexes)} record(s) refused: {reason} (the first at batch index "
+                      f"{indexes[0]})", record_errors=[dict(batch_index=i, batch_index_error_message=reason)
+                                                       for i in indexes[:100]])
+
+
 class RecordsRefused(Exception):
-    """Records the topic's configs refuse: the batch is not stored (Produce v8+ names them)."""
+    """Records the topic's configs refuse (see :func:`_refused`)."""
 
     def __init__(self, code: ErrorCode, reason: str, indexes: list[int]) -> None:
-        super().__init__(f"{len(indexes)} record(s) refused: {reason} (first at batch index {indexes[0]})")
-        self.code = code
-        self.record_errors = [dict(batch_index=i, batch_index_error_message=reason) for i in indexes[:100]]
+        super().__init__(reason)
+        self.code, self.reason, self.indexes = code, reason, indexes
 
 
 def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHeader],
@@ -131,9 +138,8 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 # Records may not inflate past what one request may carry.
                 headers = validate_record_set(records, config.limits.max_frame_bytes, require_keys=policy.compact)
             except RecordsWithoutKey as exc:
-                results[key] = _partition(part.index, exc.code, message=str(exc), record_errors=[
-                    dict(batch_index=i, batch_index_error_message="a compacted topic cannot accept a record "
-                         "without a key") for i in exc.indexes[:100]])
+                results[key] = _refused(part.index, exc.code, "a compacted topic cannot accept a record without a key",
+                                        exc.indexes)
                 continue
             except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
                 results[key] = _partition(part.index, exc.code, message=str(exc))
@@ -149,12 +155,9 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 stored, headers = apply_policy(policy, bytearray(records), headers, now_ms)
                 base_offset, ticket = target.append(stored, headers)
             except RecordsRefused as exc:
-                results[key] = _partition(part.index, exc.code, message=str(exc), record_errors=exc.record_errors)
+                results[key] = _refused(part.index, exc.code, exc.reason, exc.indexes)
                 continue
-            except CorruptBatch as exc:  # a payload that does not recompress
-                results[key] = _partition(part.index, exc.code, message=str(exc))
-                continue
-            except KafkaError as exc:
+            except KafkaError as exc:  # also a payload that does not recompress (CORRUPT_MESSAGE)
                 results[key] = _partition(part.index, exc.code, message=str(exc))
                 continue
             produced_bytes += len(records)

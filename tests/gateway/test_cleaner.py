@@ -204,3 +204,47 @@ async def test_a_cleaner_that_lost_the_partition_before_its_rewrite_publishes_no
     assert await clean(partition_log, policy, 1 << 20, CleanerStats()) == 0
     assert writes == [] and partition_log.cleaned_end == 0  # the next owner cleans it from the start
     assert len(await _read_all(client, "o")) == 10
+
+
+async def test_retention_deletes_only_under_the_delete_policy(nursery):
+    """compact: nothing is deleted by age; compact,delete: old segments go by age too."""
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    logs = running.context.logs
+    for name, policy in (("only", "compact"), ("both", "compact,delete")):
+        await _create(client, name, cleanup_policy=policy, retention_ms="1000")
+        for i in range(3):
+            old = build_batch([Record(0, 1_000 + i, b"k%d" % i, b"v")])  # timestamps from 1970
+            request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
+                dict(name=name, partition_data=[dict(index=0, records=old)])]))
+            await client.call(0, 9, request)
+            await logs.compactor.pass_once(everything=True)  # one segment each
+    assert await logs.enforce_retention() == 2  # the two older segments of "both"; the newest piece stays
+    assert len(await _read_all(client, "only")) == 3
+    assert logs.loaded_log("both", 0).log_start_offset == 2
+    assert await _read_all(client, "both", 2) == [(2, b"k2", b"v")]
+
+
+async def test_list_offsets_answers_on_the_cleaned_log(nursery):
+    """Earliest stays the log start, latest the high watermark; a timestamp whose record
+    was cleaned away answers the next record's offset."""
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await _create(client, "lo", cleanup_policy="compact")
+    for i, key in enumerate([b"a", b"b", b"a", b"c"]):  # offset 0 (a, t=1000) is superseded by offset 2
+        batch = build_batch([Record(0, 1_000 * (i + 1), key, b"%d" % i)])
+        await client.call(0, 9, build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000,
+                                                                 topic_data=[dict(name="lo", partition_data=[
+                                                                     dict(index=0, records=batch)])])))
+    await _settle(running)
+    assert [offset for offset, _, _ in await _read_all(client, "lo")] == [1, 2, 3]
+
+    async def list_offset(timestamp):
+        body = await client.call(2, 7, build(request_class(2, 7), dict(replica_id=-1, isolation_level=0, topics=[
+            dict(name="lo", partitions=[dict(partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])])))
+        return body.topics[0].partitions[0].offset
+
+    assert await list_offset(-2) == 0  # earliest: the log start, as Kafka's (its first segment's base)
+    assert await list_offset(-1) == 4
+    assert await list_offset(500) == 1  # the record at t=1000 is gone: the next one
+    assert await list_offset(3_000) == 2
