@@ -14,7 +14,7 @@ import struct
 from crc32c import crc32c
 
 from .compression import Compression, compress, decompress
-from .records import BATCH_HEADER_SIZE, BatchHeader, decode_columns
+from .records import BATCH_HEADER_SIZE, CODEC_MASK, LOG_APPEND_TIME_BIT, BatchHeader, decode_columns
 
 __all__ = ["CODECS", "records_out_of_time", "stamp_log_append_time", "recompress"]
 
@@ -25,8 +25,6 @@ _CRC_AT = 17  # the CRC field; it covers everything from the attributes on
 _ATTRIBUTES_AT = 21
 _MAX_TIMESTAMP_AT = 35
 _LENGTH_AT = 8
-_CODEC_MASK = 0x07
-_LOG_APPEND_TIME_BIT = 0x08
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
@@ -45,7 +43,7 @@ def stamp_log_append_time(buffer: bytearray, header: BatchHeader, now_ms: int) -
     """Mark the batch at ``header.position`` LogAppendTime at ``now_ms``, as Kafka does: the
     timestamp type bit and the max timestamp change (readers give every record that time)."""
     at = header.position
-    attributes = header.attributes | _LOG_APPEND_TIME_BIT
+    attributes = header.attributes | LOG_APPEND_TIME_BIT
     _INT16.pack_into(buffer, at + _ATTRIBUTES_AT, attributes)
     _INT64.pack_into(buffer, at + _MAX_TIMESTAMP_AT, now_ms)
     crc = crc32c(memoryview(buffer)[at + _ATTRIBUTES_AT: at + header.size])
@@ -67,6 +65,6 @@ def recompress(data: bytes | memoryview, header: BatchHeader, codec: Compression
     batch = bytearray(data[header.position:begin])
     batch += payload
     _INT32.pack_into(batch, _LENGTH_AT, len(batch) - 12)
-    _INT16.pack_into(batch, _ATTRIBUTES_AT, (header.attributes & ~_CODEC_MASK) | int(codec))
+    _INT16.pack_into(batch, _ATTRIBUTES_AT, (header.attributes & ~CODEC_MASK) | int(codec))
     _UINT32.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
     return bytes(batch)

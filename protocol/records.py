@@ -43,6 +43,11 @@ except ImportError:  # pragma: no cover - a build without a compiler
 __all__ = [
     "salvage_batches",
     "BATCH_HEADER_SIZE",
+    "CODEC_MASK",
+    "LOG_APPEND_TIME_BIT",
+    "TRANSACTIONAL_BIT",
+    "CONTROL_BIT",
+    "DELETE_HORIZON_BIT",
     "BatchHeader",
     "Record",
     "RecordHeader",
@@ -62,10 +67,12 @@ _CRC_START = 21
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
 
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
+# A batch's attribute bits (Kafka's DefaultRecordBatch).
+CODEC_MASK = 0x07
+LOG_APPEND_TIME_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40  # set by the cleaner: the base timestamp is the delete horizon (KIP-534)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +112,19 @@ class BatchHeader:
 
     @property
     def compression(self) -> int:
-        return self.attributes & _CODEC_MASK
+        return self.attributes & CODEC_MASK
 
     @property
     def log_append_time(self) -> bool:
-        return bool(self.attributes & _TIMESTAMP_TYPE_BIT)
+        return bool(self.attributes & LOG_APPEND_TIME_BIT)
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_BIT)
+        return bool(self.attributes & TRANSACTIONAL_BIT)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & _CONTROL_BIT)
+        return bool(self.attributes & CONTROL_BIT)
 
 
 class RecordHeader(NamedTuple):
@@ -399,11 +406,11 @@ def build_batch(
     payload = compress(compression, bytes(body), xerial=xerial)
     attributes = int(compression)
     if log_append_time:
-        attributes |= _TIMESTAMP_TYPE_BIT
+        attributes |= LOG_APPEND_TIME_BIT
     if transactional:
-        attributes |= _TRANSACTIONAL_BIT
+        attributes |= TRANSACTIONAL_BIT
     if control:
-        attributes |= _CONTROL_BIT
+        attributes |= CONTROL_BIT
     last_offset_delta = normalised[-1].offset - first_offset
     max_timestamp = max(record.timestamp for record in normalised)
     after_crc = struct.pack(

@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafscale.protocol.cleaning import DELETE_HORIZON_BIT, KeyMap, clean_batch, delete_horizon
+from kafscale.protocol.cleaning import KeyMap, clean_batch, delete_horizon
 from kafscale.protocol.compression import Compression
-from kafscale.protocol.records import Record, RecordHeader, build_batch, iter_records, split_batches
+from kafscale.protocol.records import DELETE_HORIZON_BIT, Record, RecordHeader, build_batch, iter_records, split_batches
 
 from .strategies import codecs
 
