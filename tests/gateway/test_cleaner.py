@@ -9,18 +9,10 @@ from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import Record, iter_records, split_batches
 from kafscale.protocol.segment import read_segment
-from tests.support.wire_client import Client, start_gateway
+from tests.support.wire_client import Client, create_topic, start_gateway
 from tests.support.wire_client import fetch as _fetch
 
 DAY_MS = 86_400_000
-
-
-async def _create(client, name, **configs):
-    body = await client.call(19, 5, build(request_class(19, 5), dict(
-        topics=[dict(name=name, num_partitions=1, replication_factor=1, assignments=[],
-                     configs=[dict(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
-        timeout=5000, validate_only=False)))
-    assert body.topics[0].error_code == ErrorCode.none, body.topics[0].error_message
 
 
 async def _produce(client, topic, records):
@@ -66,7 +58,7 @@ def _newest(history):
 async def test_each_key_keeps_its_newest_record_at_its_own_offset(nursery):
     running, _ = await start_gateway(nursery, segment_bytes=4096, max_message_bytes=4096)
     client = await Client.connect(running.port)
-    await _create(client, "c", cleanup_policy="compact")
+    await create_topic(client, "c", cleanup_policy="compact")
     rng = random.Random(7)
     history = []
     for _ in range(60):
@@ -90,7 +82,7 @@ async def test_each_key_keeps_its_newest_record_at_its_own_offset(nursery):
 async def test_tombstones_stay_for_delete_retention_after_the_pass_that_kept_them(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "t", cleanup_policy="compact", delete_retention_ms=str(DAY_MS))
+    await create_topic(client, "t", cleanup_policy="compact", delete_retention_ms=str(DAY_MS))
     await _produce(client, "t", [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")])
     await _produce(client, "t", [(b"a", None), (b"b", b"2")])
     now = int(time.time() * 1000)
@@ -106,7 +98,7 @@ async def test_tombstones_stay_for_delete_retention_after_the_pass_that_kept_the
 async def test_a_delete_topic_is_never_cleaned_and_a_switch_to_compact_cleans_it(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "s", cleanup_policy="delete")
+    await create_topic(client, "s", cleanup_policy="delete")
     await _produce(client, "s", [(b"a", b"1"), (b"a", b"2"), (None, b"keyless")])
     await _settle(running)
     assert len(await _read_all(client, "s")) == 3
@@ -119,7 +111,7 @@ async def test_a_delete_topic_is_never_cleaned_and_a_switch_to_compact_cleans_it
 async def test_min_compaction_lag_holds_young_segments(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "m", cleanup_policy="compact", min_compaction_lag_ms="3600000")
+    await create_topic(client, "m", cleanup_policy="compact", min_compaction_lag_ms="3600000")
     await _produce(client, "m", [(b"a", b"1"), (b"a", b"2")])
     now = int(time.time() * 1000)
     assert await _settle(running, now) == 0
@@ -131,7 +123,7 @@ async def test_min_compaction_lag_holds_young_segments(nursery):
 async def test_lowering_min_compaction_lag_applies_at_once(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "ml", cleanup_policy="compact", min_compaction_lag_ms=str(10**9))
+    await create_topic(client, "ml", cleanup_policy="compact", min_compaction_lag_ms=str(10**9))
     await _produce(client, "ml", [(b"a", b"1"), (b"a", b"2")])
     logs = running.context.logs
     await _settle(running)  # held back
@@ -143,7 +135,7 @@ async def test_lowering_min_compaction_lag_applies_at_once(nursery):
 async def test_a_producers_newest_batch_header_survives_cleaning(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "p", cleanup_policy="compact")
+    await create_topic(client, "p", cleanup_policy="compact")
     idempotent = build_batch([(b"a", b"1")], producer_id=5, producer_epoch=0, base_sequence=0)
     request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
         dict(name="p", partition_data=[dict(index=0, records=idempotent)])]))
@@ -159,7 +151,7 @@ async def test_a_producers_newest_batch_header_survives_cleaning(nursery):
 async def test_records_keep_their_bytes_and_timestamps(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "r", cleanup_policy="compact")
+    await create_topic(client, "r", cleanup_policy="compact")
     batch = [Record(0, 1_000, b"a", b"old"), Record(1, 2_000, b"b", None), Record(2, 3_000, b"c", b"x")]
     request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
         dict(name="r", partition_data=[dict(index=0, records=build_batch(batch, base_timestamp=1_000))])]))
@@ -181,7 +173,7 @@ async def test_a_cleaner_that_lost_the_partition_before_its_rewrite_publishes_no
 
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "o", cleanup_policy="compact")
+    await create_topic(client, "o", cleanup_policy="compact")
     for i in range(5):
         await _produce(client, "o", [(b"a", b"%d" % i), (b"b", b"%d" % i)])
     logs = running.context.logs
@@ -212,7 +204,7 @@ async def test_retention_deletes_only_under_the_delete_policy(nursery):
     client = await Client.connect(running.port)
     logs = running.context.logs
     for name, policy in (("only", "compact"), ("both", "compact,delete")):
-        await _create(client, name, cleanup_policy=policy, retention_ms="1000")
+        await create_topic(client, name, cleanup_policy=policy, retention_ms="1000")
         for i in range(3):
             old = build_batch([Record(0, 1_000 + i, b"k%d" % i, b"v")])  # timestamps from 1970
             request = build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[
@@ -230,7 +222,7 @@ async def test_list_offsets_answers_on_the_cleaned_log(nursery):
     was cleaned away answers the next record's offset."""
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "lo", cleanup_policy="compact")
+    await create_topic(client, "lo", cleanup_policy="compact")
     for i, key in enumerate([b"a", b"b", b"a", b"c"]):  # offset 0 (a, t=1000) is superseded by offset 2
         batch = build_batch([Record(0, 1_000 * (i + 1), key, b"%d" % i)])
         await client.call(0, 9, build(request_class(0, 9), dict(transactional_id=None, acks=-1, timeout=5000,

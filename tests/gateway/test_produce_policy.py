@@ -10,16 +10,8 @@ from kafscale.protocol.compression import Compression
 from kafscale.protocol.entities import build, to_millis
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import Record, iter_records, split_batches
-from tests.support.wire_client import Client, start_gateway
+from tests.support.wire_client import Client, create_topic, start_gateway
 from tests.support.wire_client import fetch as _fetch
-
-
-async def _create(client, name, **configs):
-    body = await client.call(19, 5, build(request_class(19, 5), dict(
-        topics=[dict(name=name, num_partitions=1, replication_factor=1, assignments=[],
-                     configs=[dict(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
-        timeout=5000, validate_only=False)))
-    assert body.topics[0].error_code == ErrorCode.none, body.topics[0].error_message
 
 
 async def _produce_one(client, topic, batch, version=9):
@@ -40,7 +32,7 @@ async def _stored(client, topic):
 async def test_a_compacted_topic_refuses_records_without_a_key_and_stores_nothing_of_the_batch(nursery, version):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "c", cleanup_policy="compact")
+    await create_topic(client, "c", cleanup_policy="compact")
     answer = await _produce_one(client, "c", build_batch([(b"k", b"1"), (None, b"2"), (b"k", b"3"), (None, b"4")]),
                                 version)
     assert answer.error_code == ErrorCode.invalid_record
@@ -56,14 +48,14 @@ async def test_a_compacted_topic_refuses_records_without_a_key_and_stores_nothin
 async def test_a_delete_topic_takes_records_without_a_key(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "d", cleanup_policy="delete")
+    await create_topic(client, "d", cleanup_policy="delete")
     assert (await _produce_one(client, "d", build_batch([(None, b"x")]))).error_code == ErrorCode.none
 
 
 async def test_create_time_outside_the_topics_bounds_is_refused(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "t", message_timestamp_before_max_ms="60000", message_timestamp_after_max_ms="1000")
+    await create_topic(client, "t", message_timestamp_before_max_ms="60000", message_timestamp_after_max_ms="1000")
     now = int(time.time() * 1000)
     old = build_batch([Record(0, now, b"a", b"1"), Record(1, now - 3_600_000, b"b", b"2")])
     answer = await _produce_one(client, "t", old)
@@ -76,7 +68,7 @@ async def test_create_time_outside_the_topics_bounds_is_refused(nursery):
 async def test_log_append_time_stamps_each_batch_with_the_gateways_clock(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "la", message_timestamp_type="LogAppendTime")
+    await create_topic(client, "la", message_timestamp_type="LogAppendTime")
     before = int(time.time() * 1000)
     answer = await _produce_one(client, "la", build_batch([Record(0, 5, b"a", b"1"), Record(1, 6, b"b", b"2")]))
     after = int(time.time() * 1000)
@@ -91,7 +83,7 @@ async def test_log_append_time_stamps_each_batch_with_the_gateways_clock(nursery
 async def test_the_topics_codec_recompresses_batches_sent_in_another(nursery, codec, sent):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    await _create(client, "z", compression_type=codec)
+    await create_topic(client, "z", compression_type=codec)
     values = [(b"k%d" % i, b"v" * i) for i in range(50)]
     assert (await _produce_one(client, "z", build_batch(values, compression=sent))).error_code == 0
     [(header, records)] = await _stored(client, "z")

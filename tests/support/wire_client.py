@@ -90,3 +90,13 @@ def fetch(topic, offset, max_wait_ms, max_bytes=1 << 20, partition_max_bytes=1 <
         session_epoch=-1, topics=[dict(topic=topic, partitions=[dict(
             partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
             partition_max_bytes=partition_max_bytes)])], forgotten_topics_data=[], rack_id=""))
+
+
+async def create_topic(client: Client, name: str, **configs: str) -> None:
+    """CreateTopics v5 of one partition; ``configs`` by name with '_' for '.'
+    (``cleanup_policy="compact"``). Asserts it was created."""
+    body = await client.call(19, 5, build(request_class(19, 5), dict(
+        topics=[dict(name=name, num_partitions=1, replication_factor=1, assignments=[],
+                     configs=[dict(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
+        timeout=5000, validate_only=False)))
+    assert body.topics[0].error_code == 0, body.topics[0].error_message
