@@ -1,0 +1,220 @@
+"""Transactions, sans-io: the coordinator's state machine per transactional id, the
+transaction markers (control batches) it has written to each partition, and the
+aborted-transaction index kept beside a partition's segments.
+
+The state machine is Kafka's (TransactionMetadata): each request is a pure transition
+from one stored state to the next, or a Kafka error. The commit point is the one
+guarded write of PREPARE_COMMIT or PREPARE_ABORT to the metadata store; the markers
+follow, and COMPLETE_* is written once every partition has its marker. Nothing here
+does I/O: the gateway's coordinator stores each state and writes the markers.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from .errors import ErrorCode, KafkaError
+from .records import BatchHeader, Record, build_batch, iter_records
+
+__all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn", "encode_aborted",
+           "decode_aborted", "last_stable_offset", "MAX_EPOCH"]
+
+MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16; at the last one the coordinator takes a new id
+_MARKER_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
+_MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+_ABORTED = struct.Struct(">hqqqq")  # version 0, producer id, first offset, last offset, last stable offset
+
+
+class TxnState(enum.Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+    @property
+    def preparing(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """One transactional id's state as stored (the metadata store's value)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    group_ids: frozenset[str] = field(default_factory=frozenset)  # AddOffsetsToTxn
+    started_ms: int = -1  # when it became ONGOING
+    updated_ms: int = -1
+
+    # -- requests --------------------------------------------------------------------
+
+    def _check_producer(self, producer_id: int, producer_epoch: int) -> None:
+        if producer_id != self.producer_id:
+            raise KafkaError(ErrorCode.invalid_producer_id_mapping,
+                             f"{self.transactional_id!r} belongs to producer id {self.producer_id}")
+        if producer_epoch != self.producer_epoch:
+            raise KafkaError(ErrorCode.producer_fenced,
+                             f"epoch {producer_epoch} of {self.transactional_id!r} was fenced by epoch "
+                             f"{self.producer_epoch}")
+
+    def reinitialized(self, timeout_ms: int, now_ms: int, new_producer_id: int | None = None) -> Transaction:
+        """InitProducerId for an id with no transaction in flight: the next epoch fences every
+        older producer of this id (at the last epoch, ``new_producer_id`` starts over at 0)."""
+        if self.state == TxnState.ONGOING or self.state.preparing:
+            raise KafkaError(ErrorCode.concurrent_transactions, "a transaction of this id is still being finished")
+        if self.producer_epoch >= MAX_EPOCH - 1:
+            if new_producer_id is None:
+                raise ValueError("the epoch is exhausted: a new producer id is needed")
+            return replace(self, producer_id=new_producer_id, producer_epoch=0, timeout_ms=timeout_ms,
+                           state=TxnState.EMPTY, partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms)
+        return replace(self, producer_epoch=self.producer_epoch + 1, timeout_ms=timeout_ms, state=TxnState.EMPTY,
+                       partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms)
+
+    def aborted_for_fencing(self, now_ms: int) -> Transaction:
+        """InitProducerId (or the timeout) while a transaction is ONGOING: it is aborted under
+        a bumped epoch, so the old producer can neither add to it nor commit it."""
+        if self.state != TxnState.ONGOING:
+            raise KafkaError(ErrorCode.invalid_txn_state, f"no ongoing transaction to abort ({self.state.value})")
+        return replace(self, producer_epoch=min(self.producer_epoch + 1, MAX_EPOCH), state=TxnState.PREPARE_ABORT,
+                       updated_ms=now_ms)
+
+    def with_partitions(self, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]],
+                        now_ms: int) -> Transaction:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's group partition)."""
+        self._check_producer(producer_id, producer_epoch)
+        if self.state.preparing:
+            raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction is still being finished")
+        added = frozenset(partitions)
+        if self.state == TxnState.ONGOING:
+            return replace(self, partitions=self.partitions | added, updated_ms=now_ms)
+        return replace(self, state=TxnState.ONGOING, partitions=added, group_ids=frozenset(), started_ms=now_ms,
+                       updated_ms=now_ms)
+
+    def with_group(self, producer_id: int, producer_epoch: int, group_id: str, now_ms: int) -> Transaction:
+        """AddOffsetsToTxn: the group's offsets commit or abort with the transaction."""
+        self._check_producer(producer_id, producer_epoch)
+        if self.state != TxnState.ONGOING:
+            moved = self.with_partitions(producer_id, producer_epoch, (), now_ms)
+            return replace(moved, group_ids=frozenset({group_id}))
+        return replace(self, group_ids=self.group_ids | {group_id}, updated_ms=now_ms)
+
+    def ending(self, producer_id: int, producer_epoch: int, commit: bool, now_ms: int) -> Transaction | None:
+        """EndTxn: the PREPARE_* state to store (the commit point), or ``None`` when the
+        transaction already ended this way (a retry, answered NONE)."""
+        self._check_producer(producer_id, producer_epoch)
+        wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if self.state == TxnState.ONGOING:
+            return replace(self, state=wanted, updated_ms=now_ms)
+        if self.state == done:
+            return None
+        if self.state == wanted:
+            raise KafkaError(ErrorCode.concurrent_transactions, "the transaction is still being finished")
+        raise KafkaError(ErrorCode.invalid_txn_state,
+                         f"cannot {'commit' if commit else 'abort'} in state {self.state.value}")
+
+    def completed(self, now_ms: int) -> Transaction:
+        """Every partition has its marker (and the groups their offsets): COMPLETE_*."""
+        if not self.state.preparing:
+            raise KafkaError(ErrorCode.invalid_txn_state, f"nothing to complete in state {self.state.value}")
+        state = TxnState.COMPLETE_COMMIT if self.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        return replace(self, state=state, partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms)
+
+    def expired(self, now_ms: int) -> bool:
+        """An ONGOING transaction past its timeout, which the coordinator aborts."""
+        return self.state == TxnState.ONGOING and now_ms - self.started_ms > self.timeout_ms
+
+    # -- stored form ---------------------------------------------------------------------
+
+    def to_json(self) -> bytes:
+        return json.dumps({"pid": self.producer_id, "epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
+                           "state": self.state.value, "partitions": sorted([t, p] for t, p in self.partitions),
+                           "groups": sorted(self.group_ids), "started_ms": self.started_ms,
+                           "updated_ms": self.updated_ms}).encode()
+
+    @classmethod
+    def from_json(cls, transactional_id: str, raw: bytes) -> Transaction:
+        """``ValueError`` if ``raw`` is not a stored transaction."""
+        try:
+            data = json.loads(raw)
+            return cls(transactional_id, int(data["pid"]), int(data["epoch"]), int(data["timeout_ms"]),
+                       TxnState(data["state"]), frozenset((str(t), int(p)) for t, p in data["partitions"]),
+                       frozenset(str(g) for g in data["groups"]), int(data["started_ms"]), int(data["updated_ms"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a stored transaction: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    commit: bool
+    coordinator_epoch: int
+
+
+def marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                 timestamp_ms: int) -> bytes:
+    """Kafka's end-transaction marker: a control batch of one record (base offset 0, to be
+    stamped when it is appended)."""
+    record = Record(0, timestamp_ms, _MARKER_KEY.pack(0, 1 if commit else 0), _MARKER_VALUE.pack(0, coordinator_epoch))
+    return build_batch([record], base_timestamp=timestamp_ms, producer_id=producer_id, producer_epoch=producer_epoch,
+                       transactional=True, control=True)
+
+
+def read_marker(data: bytes | memoryview, header: BatchHeader) -> Marker:
+    """The marker of a control batch; ``ValueError`` if it holds none."""
+    if not (header.is_control and header.records_count == 1):
+        raise ValueError("not a transaction marker batch")
+    [record] = list(iter_records(data, header))
+    if record.key is None or len(record.key) < _MARKER_KEY.size or record.value is None \
+            or len(record.value) < _MARKER_VALUE.size:
+        raise ValueError("a control record without a marker key and value")
+    _, kind = _MARKER_KEY.unpack_from(record.key)
+    _, coordinator_epoch = _MARKER_VALUE.unpack_from(record.value)
+    if kind not in (0, 1):
+        raise ValueError(f"control record type {kind} is not a transaction marker")
+    return Marker(kind == 1, coordinator_epoch)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AbortedTxn:
+    """An aborted transaction's span in one partition (Kafka's .txnindex entry): readers
+    under read_committed drop its producer's records from ``first_offset`` to its marker
+    at ``last_offset``."""
+
+    first_offset: int
+    last_offset: int
+    producer_id: int
+    last_stable_offset: int
+
+
+def encode_aborted(entries: Iterable[AbortedTxn]) -> bytes:
+    return b"".join(_ABORTED.pack(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset)
+                    for e in sorted(entries))
+
+
+def decode_aborted(data: bytes) -> list[AbortedTxn]:
+    """``ValueError`` if ``data`` is not a whole number of version-0 entries."""
+    if len(data) % _ABORTED.size:
+        raise ValueError(f"an aborted-transaction index of {len(data)} bytes is torn")
+    entries = []
+    for at in range(0, len(data), _ABORTED.size):
+        version, producer_id, first, last, stable = _ABORTED.unpack_from(data, at)
+        if version != 0 or first > last:
+            raise ValueError(f"bad aborted-transaction entry at byte {at}")
+        entries.append(AbortedTxn(first, last, producer_id, stable))
+    return entries
+
+
+def last_stable_offset(high_watermark: int, open_first_offsets: Iterable[int]) -> int:
+    """The first offset of the oldest transaction still open, or the high watermark:
+    read_committed consumers read up to here."""
+    return min(open_first_offsets, default=high_watermark)

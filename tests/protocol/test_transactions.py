@@ -1,0 +1,112 @@
+"""The transaction coordinator's state machine, markers and the aborted-transaction index."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.records import split_batches
+from kafscale.protocol.transactions import (
+    MAX_EPOCH,
+    AbortedTxn,
+    Transaction,
+    TxnState,
+    decode_aborted,
+    encode_aborted,
+    last_stable_offset,
+    marker_batch,
+    read_marker,
+)
+
+
+def _fresh() -> Transaction:
+    return Transaction("app-1", producer_id=7, producer_epoch=0, timeout_ms=60_000)
+
+
+def _code(call) -> ErrorCode:
+    with pytest.raises(KafkaError) as refused:
+        call()
+    return refused.value.code
+
+
+def test_a_commit_goes_through_prepare_to_complete_and_a_retry_is_answered_none():
+    txn = _fresh().with_partitions(7, 0, [("t", 0)], now_ms=10)
+    assert txn.state == TxnState.ONGOING and txn.started_ms == 10
+    txn = txn.with_partitions(7, 0, [("t", 1)], now_ms=20)
+    assert txn.partitions == {("t", 0), ("t", 1)} and txn.started_ms == 10
+    prepared = txn.ending(7, 0, commit=True, now_ms=30)
+    assert prepared.state == TxnState.PREPARE_COMMIT
+    assert _code(lambda: prepared.ending(7, 0, commit=True, now_ms=31)) == ErrorCode.concurrent_transactions
+    assert _code(lambda: prepared.ending(7, 0, commit=False, now_ms=31)) == ErrorCode.invalid_txn_state
+    assert _code(lambda: prepared.with_partitions(7, 0, [("t", 2)], 31)) == ErrorCode.concurrent_transactions
+    done = prepared.completed(now_ms=40)
+    assert done.state == TxnState.COMPLETE_COMMIT and not done.partitions
+    assert done.ending(7, 0, commit=True, now_ms=41) is None  # a retried EndTxn
+    assert _code(lambda: done.ending(7, 0, commit=False, now_ms=41)) == ErrorCode.invalid_txn_state
+    again = done.with_partitions(7, 0, [("u", 0)], now_ms=50)  # the next transaction
+    assert again.state == TxnState.ONGOING and again.partitions == {("u", 0)} and again.started_ms == 50
+
+
+def test_a_new_epoch_fences_the_old_producer():
+    txn = _fresh().with_partitions(7, 0, [("t", 0)], now_ms=10)
+    assert _code(lambda: txn.reinitialized(60_000, 20)) == ErrorCode.concurrent_transactions
+    aborting = txn.aborted_for_fencing(now_ms=20)
+    assert aborting.state == TxnState.PREPARE_ABORT and aborting.producer_epoch == 1
+    assert _code(lambda: aborting.ending(7, 0, commit=True, now_ms=21)) == ErrorCode.producer_fenced
+    fresh = aborting.completed(30).reinitialized(60_000, 31)
+    assert (fresh.state, fresh.producer_epoch) == (TxnState.EMPTY, 2)
+    assert _code(lambda: fresh.with_partitions(7, 1, [("t", 0)], 32)) == ErrorCode.producer_fenced
+    assert _code(lambda: fresh.with_partitions(8, 2, [("t", 0)], 32)) == ErrorCode.invalid_producer_id_mapping
+    assert _code(lambda: fresh.ending(7, 2, commit=True, now_ms=33)) == ErrorCode.invalid_txn_state
+
+
+def test_the_last_epoch_starts_a_new_producer_id():
+    worn = Transaction("app-1", 7, MAX_EPOCH - 1, 60_000)
+    with pytest.raises(ValueError):
+        worn.reinitialized(60_000, 1)
+    renewed = worn.reinitialized(60_000, 1, new_producer_id=99)
+    assert (renewed.producer_id, renewed.producer_epoch) == (99, 0)
+
+
+def test_an_ongoing_transaction_expires_after_its_timeout():
+    txn = _fresh().with_partitions(7, 0, [("t", 0)], now_ms=1_000)
+    assert not txn.expired(61_000) and txn.expired(61_001)
+    assert not txn.ending(7, 0, False, 2_000).expired(10**9)
+
+
+def test_offsets_join_the_transaction_with_their_group():
+    txn = _fresh().with_group(7, 0, "g", now_ms=5)
+    assert txn.state == TxnState.ONGOING and txn.group_ids == {"g"}
+    assert txn.with_group(7, 0, "h", 6).group_ids == {"g", "h"}
+
+
+@given(st.sampled_from(list(TxnState)), st.frozensets(st.tuples(st.text(max_size=5), st.integers(0, 100))),
+       st.frozensets(st.text(max_size=5)))
+def test_a_stored_transaction_reads_back_as_written(state, partitions, groups):
+    txn = Transaction("id", 3, 4, 500, state, partitions, groups, 10, 20)
+    assert Transaction.from_json("id", txn.to_json()) == txn
+
+
+@given(st.booleans(), st.integers(0, 2**31 - 1), st.integers(0, 2**62), st.integers(0, MAX_EPOCH))
+def test_a_marker_reads_back_as_written(commit, coordinator_epoch, producer_id, epoch):
+    batch = marker_batch(producer_id, epoch, commit, coordinator_epoch, 1_700_000_000_000)
+    [header] = split_batches(batch)
+    assert header.is_control and header.is_transactional and header.producer_id == producer_id
+    marker = read_marker(batch, header)
+    assert (marker.commit, marker.coordinator_epoch) == (commit, coordinator_epoch)
+
+
+@given(st.lists(st.builds(lambda first, span, pid: AbortedTxn(first, first + span, pid, first),
+                          st.integers(0, 2**40), st.integers(0, 1000), st.integers(0, 2**40))))
+def test_the_aborted_index_reads_back_sorted(entries):
+    assert decode_aborted(encode_aborted(entries)) == sorted(entries)
+
+
+def test_a_torn_aborted_index_is_refused():
+    with pytest.raises(ValueError):
+        decode_aborted(encode_aborted([AbortedTxn(1, 2, 3, 1)])[:-1])
+
+
+def test_the_last_stable_offset_stops_at_the_oldest_open_transaction():
+    assert last_stable_offset(100, []) == 100
+    assert last_stable_offset(100, [40, 70]) == 40
