@@ -21,7 +21,7 @@ from .errors import ErrorCode, KafkaError
 from .records import BatchHeader, Record, build_batch, iter_records
 
 __all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn", "encode_aborted",
-           "decode_aborted", "last_stable_offset", "MAX_EPOCH"]
+           "decode_aborted", "last_stable_offset", "MAX_EPOCH", "PartitionTransactions"]
 
 MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16; at the last one the coordinator takes a new id
 _MARKER_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
@@ -218,3 +218,37 @@ def last_stable_offset(high_watermark: int, open_first_offsets: Iterable[int]) -
     """The first offset of the oldest transaction still open, or the high watermark:
     read_committed consumers read up to here."""
     return min(open_first_offsets, default=high_watermark)
+
+
+class PartitionTransactions:
+    """One partition's open transactions, as its log is appended to or read at recovery:
+    where each producer's open transaction began, the aborted ones closed so far, and
+    the last stable offset (Kafka's ProducerStateManager and transaction index)."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.aborted: list[AbortedTxn] = []
+
+    def appended(self, header: BatchHeader, data: bytes | memoryview | None = None) -> None:
+        """A stored batch at its final offsets (``data`` holds it, for a marker's type)."""
+        if not header.is_transactional:
+            return
+        if header.is_control:
+            if data is None:
+                raise ValueError("a marker's batch is needed to know whether it commits")
+            marker = read_marker(data, header)
+            first = self.open.pop(header.producer_id, None)
+            if first is not None and not marker.commit:
+                self.aborted.append(AbortedTxn(first, header.last_offset, header.producer_id,
+                                               self.last_stable_offset(header.last_offset + 1)))
+            return
+        self.open.setdefault(header.producer_id, header.base_offset)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return last_stable_offset(high_watermark, self.open.values())
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[start, end)`` must be told
+        of (Kafka's ``aborted_transactions``): those that end at or after ``start`` and began
+        before ``end``."""
+        return [entry for entry in self.aborted if entry.last_offset >= start and entry.first_offset < end]

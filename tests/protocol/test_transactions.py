@@ -1,14 +1,17 @@
 """The transaction coordinator's state machine, markers and the aborted-transaction index."""
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.records import split_batches
+from kafscale.protocol.records import build_batch, split_batches
 from kafscale.protocol.transactions import (
     MAX_EPOCH,
     AbortedTxn,
+    PartitionTransactions,
     Transaction,
     TxnState,
     decode_aborted,
@@ -110,3 +113,35 @@ def test_a_torn_aborted_index_is_refused():
 def test_the_last_stable_offset_stops_at_the_oldest_open_transaction():
     assert last_stable_offset(100, []) == 100
     assert last_stable_offset(100, [40, 70]) == 40
+
+
+def _stored(data: bytes, offset: int):
+    """A batch as stored: stamped at ``offset``; (its header, its bytes)."""
+    stamped = bytearray(data)
+    struct.pack_into(">q", stamped, 0, offset)
+    return split_batches(bytes(stamped))[0], bytes(stamped)
+
+
+def _transactional(offset: int, producer_id: int, count: int = 1):
+    return _stored(build_batch([(b"k", b"v")] * count, producer_id=producer_id, producer_epoch=0, base_sequence=0,
+                               transactional=True), offset)
+
+
+def _marker(offset: int, producer_id: int, commit: bool):
+    return _stored(marker_batch(producer_id, 0, commit, 0, 1), offset)
+
+
+def test_a_partition_tracks_open_transactions_the_lso_and_the_aborted_ones():
+    txns = PartitionTransactions()
+    txns.appended(*_stored(build_batch([(b"a", b"1")]), 0))  # not transactional
+    assert txns.last_stable_offset(1) == 1
+    for header, data in (_transactional(1, 5, 2), _transactional(3, 6), _transactional(4, 5)):
+        txns.appended(header, data)
+    assert txns.open == {5: 1, 6: 3} and txns.last_stable_offset(5) == 1
+    txns.appended(*_marker(5, 5, commit=False))
+    assert txns.last_stable_offset(6) == 3
+    assert txns.aborted == [AbortedTxn(1, 5, 5, 3)]
+    txns.appended(*_marker(6, 6, commit=True))
+    assert txns.last_stable_offset(7) == 7 and len(txns.aborted) == 1
+    assert txns.aborted_between(0, 1) == [] and txns.aborted_between(5, 7) == [AbortedTxn(1, 5, 5, 3)]
+    assert txns.aborted_between(6, 7) == []
