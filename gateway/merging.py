@@ -19,6 +19,13 @@ it is made safe for any merger, even a paused one that lost the partition:
 3. The merged segment's index names its size (version 3) and is written first, so
    until the rewrite lands readers ignore it.
 
+The merge reads one snapshot: after reading the others it checks that none changed
+since (one HEAD each), and the conditional write checks the first. A cleaner rewrites
+a compacted topic's segments in offset order, so any state a merge can see is a state
+the log was in at one instant; without the check, a former owner's cleaner rewriting
+segments during the merge could pair a segment from before its pass (a superseded
+value still there) with one from after it (the tombstone gone), bringing a deleted key back.
+
 Readers take each segment's range from its footer (:mod:`kafscale.protocol.log_view`)
 and drop a segment contained in another; kill -9 between 1 and 2 leaves such
 segments, which the owner deletes when it next loads the partition.
@@ -116,15 +123,27 @@ async def merge(partition_log: PartitionLog) -> int:
             builder.append(head.batch_bytes(batch), [batch.at(position=0)])
         builder.skip_to(head.last_offset + 1)
         del data, head
+        versions: list[tuple[str, str]] = []
         for piece in run[1:]:
-            loaded = await partition_log.load_piece(piece, keep=False)
-            if loaded.damaged:
-                return 0  # reported when it was read; a damaged segment is left as it is
+            try:
+                raw, seen = await store.get_versioned(piece.key)  # not the cache: its version is needed
+                loaded = read_segment(raw)
+            except (ObjectNotFound, SegmentFormatError):
+                return 0  # merged away by an earlier owner, or damaged (left as it is)
+            versions.append((piece.key, seen))
             for batch in loaded.batches:
                 if batch.last_offset >= builder.next_offset:
                     builder.skip_to(batch.base_offset)
                     builder.append(loaded.batch_bytes(batch), [batch.at(position=0)])
             builder.skip_to(piece.last_offset + 1)
+            del raw, loaded
+        # One snapshot: every segment read is still as it was read (the first one is checked by
+        # the conditional write). A cleaner rewriting them meanwhile (a paused former owner)
+        # would otherwise let this merge pair a segment from before its pass with one from after.
+        for key, seen in versions:
+            if await store.version(key) != seen:
+                log.warning("%s changed while it was merged; the merge is given up", key)
+                return 0
         merged = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
         index = build_index(builder.batches, settings.index_interval, len(merged))
         namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition

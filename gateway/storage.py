@@ -46,6 +46,9 @@ class AsyncStore:
     async def get_versioned(self, key: str) -> tuple[bytes, str]:
         return await self._run(self.sync.get_versioned, key)
 
+    async def version(self, key: str) -> str | None:
+        return await self._run(self.sync.version, key)
+
     async def _write(self, function, *args, **kwargs) -> None:
         try:
             await self._run(function, *args, **kwargs)

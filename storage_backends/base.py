@@ -69,6 +69,10 @@ class ObjectStore(Protocol):
         """Replace the object atomically only if it is still at ``version``;
         :class:`ObjectChanged` if it changed or is gone. Durable when this returns."""
 
+    def version(self, key: str) -> str | None:
+        """The object's current version (as :meth:`get_versioned` gives it), or ``None`` if
+        missing: one HEAD."""
+
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object (shorter if the object is)."""
 

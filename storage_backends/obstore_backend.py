@@ -63,6 +63,13 @@ class ObstoreBackend:
             raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
         self._made_durable(key)
 
+    def version(self, key: str) -> str | None:
+        try:
+            meta = self._call(obstore.head, key)
+        except ObjectNotFound:
+            return None
+        return meta["e_tag"] or ""
+
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:
             return b""
@@ -143,6 +150,14 @@ class LocalBackend(ObstoreBackend):
             raise ObjectNotFound(key) from exc
         except OSError as exc:
             raise StorageUnavailable(f"get {key}: {exc}") from exc
+
+    def version(self, key: str) -> str | None:
+        try:
+            return _file_version(os.stat(self.root / key))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageUnavailable(f"head {key}: {exc}") from exc
 
     def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
         """obstore's LocalStore has no conditional update: the file is locked, its version

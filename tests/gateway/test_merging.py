@@ -129,6 +129,30 @@ async def test_a_merger_that_lost_the_race_changes_nothing(store, nursery):
     assert _values(await stale.read(4, 1 << 20)) == [b"v%d" % i for i in range(3, 18)]
 
 
+async def test_a_merge_gives_up_when_a_segment_it_read_changed_before_it_wrote(store, nursery):
+    """A former owner's cleaner rewrote one of the run while this merge read the others: the
+    merge would pair two moments of the log, so it writes nothing."""
+    node, log = await _small_segments(store, nursery)
+    real_get = store.get_versioned
+    second = segment_key("ns", "t", 0, 3)
+
+    async def rewritten_meanwhile(key):
+        found = await real_get(key)
+        if key == segment_key("ns", "t", 0, 9):  # the third of the run read: the second one changes
+            data, version = await real_get(second)
+            await store.put_if_unchanged(second, data, version)  # the same bytes, a new version
+        return found
+
+    store.get_versioned = rewritten_meanwhile
+    before = {key: await store.version(key) for key in await _segment_keys(store)}
+    assert await merge(log) == 0
+    del store.get_versioned
+    assert {key: await store.version(key) for key in await _segment_keys(store) if key != second} == \
+        {key: version for key, version in before.items() if key != second}  # nothing else written
+    assert await merge(log) == 6  # read again, one moment: merged
+    assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(18)]
+
+
 async def test_a_late_copy_inside_a_merged_segment_is_ignored(store, nursery):
     """A former owner's compaction PUT landing after the merge deleted that key (put-if-absent
     then succeeds): the copy holds fewer offsets than the gap to the next segment, which a

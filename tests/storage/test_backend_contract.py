@@ -92,6 +92,19 @@ def test_put_if_absent_race(store):
     assert store.get("race") == b"%d" % winners[0]
 
 
+def test_version_is_the_version_a_versioned_read_gives(store):
+    """A merge checks, with one HEAD each, that the segments it read are still as read."""
+    assert store.version("v") is None
+    store.put_if_absent("v", b"first")
+    _, first = store.get_versioned("v")
+    assert store.version("v") == first
+    store.put_if_unchanged("v", b"second, longer", first)
+    _, second = store.get_versioned("v")
+    assert store.version("v") == second != first
+    store.delete("v")
+    assert store.version("v") is None
+
+
 def test_put_if_unchanged_replaces_only_the_version_read(store):
     store.put_if_absent("seg", b"small")
     data, version = store.get_versioned("seg")
