@@ -16,13 +16,13 @@ from tests.cluster.conftest import LEASE_MS, ready, wait_until
 
 # Produces forever (acks=all) and writes every acknowledged (partition, offset, value).
 PRODUCER = r"""
-import json, sys
+import json, os, sys
 from confluent_kafka import Producer
 bootstrap, topic, out_path, idempotent = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
-out = open(out_path, "a", buffering=1)
+out = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # one write() per line: never torn
 def report(err, msg):
     if err is None:
-        out.write(json.dumps([msg.partition(), msg.offset(), msg.value().decode()]) + "\n")
+        os.write(out, (json.dumps([msg.partition(), msg.offset(), msg.value().decode()]) + "\n").encode())
 producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                      "message.timeout.ms": 120000, "enable.idempotence": idempotent,
                      "topic.metadata.refresh.interval.ms": 1000})

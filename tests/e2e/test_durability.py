@@ -11,15 +11,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 PRODUCER = r"""
-import json, sys
+import json, os, sys
 from confluent_kafka import Producer
 bootstrap, out_path = sys.argv[1], sys.argv[2]
 prefix = sys.argv[3] if len(sys.argv) > 3 else "message"
 pause = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0  # a trickle: small segments
-out = open(out_path, "a", buffering=1)
+out = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # one write() per line: never torn
 def report(err, msg):
     if err is None:
-        out.write(json.dumps([msg.partition(), msg.offset(), msg.value().decode()]) + "\n")
+        os.write(out, (json.dumps([msg.partition(), msg.offset(), msg.value().decode()]) + "\n").encode())
 producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
                      "message.timeout.ms": 60000, "compression.type": "lz4"})
 i = 0
