@@ -5,6 +5,7 @@ Keys under ``{etcd_prefix}/{cluster_id}/``:
     topics/{name}                     TopicInfo JSON
     producer_id_block                 end of the last producer-id block handed out
     groups/{slot}/{hex(group id)}     StoredGroup JSON (committed offsets, generation)
+    transactions/{hex(id)}            a transactional id's state (not yet served)
 
 Every change is a compare-and-swap on the key's mod revision, so gateways
 changing the same topic at once never lose each other's update.
@@ -19,12 +20,14 @@ import uuid
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.transactions import Transaction
 
 from ..groups.store import LoadedGroups, StoredGroup, parse_groups, slot_of
 from ..metadata import TopicInfo
+from ..transactions.store import ABSENT, StoredTransaction, TransactionChanged, TransactionsUnreadable
 from .etcd import Compare, EtcdClient, KeyValue, put_op, range_op
 
-__all__ = ["EtcdMetadata", "EtcdGroupStore", "cluster_root"]
+__all__ = ["EtcdMetadata", "EtcdGroupStore", "EtcdTransactions", "cluster_root"]
 
 log = logging.getLogger("kafscale.metadata")
 
@@ -163,3 +166,36 @@ class EtcdGroupStore:
 
     async def delete(self, group_id: str) -> None:
         await self._etcd.delete(self._key(group_id))
+
+
+class EtcdTransactions:
+    """One etcd key per transactional id; every write compares the key's mod revision."""
+
+    def __init__(self, etcd: EtcdClient, root: str) -> None:
+        self._etcd = etcd
+        self._prefix = root + "transactions/"
+
+    def _key(self, transactional_id: str) -> str:
+        return self._prefix + transactional_id.encode().hex()
+
+    def _stored(self, kv: KeyValue) -> StoredTransaction:
+        transactional_id = bytes.fromhex(kv.key[len(self._prefix):]).decode()
+        try:
+            transaction = Transaction.from_json(transactional_id, kv.value)
+        except ValueError as exc:
+            raise TransactionsUnreadable(f"{kv.key}: {exc}") from exc
+        return StoredTransaction(transaction, str(kv.mod_revision))
+
+    async def get(self, transactional_id: str) -> StoredTransaction | None:
+        kv = await self._etcd.get(self._key(transactional_id))
+        return None if kv is None else self._stored(kv)
+
+    async def put(self, transaction: Transaction, expected_version: str) -> None:
+        key = self._key(transaction.transactional_id)
+        guard = Compare(key, "CREATE", 0) if expected_version == ABSENT else Compare(key, "MOD", int(expected_version))
+        done, _ = await self._etcd.txn([guard], [put_op(key, transaction.to_json())])
+        if not done:
+            raise TransactionChanged(transaction.transactional_id)
+
+    async def list(self) -> list[StoredTransaction]:
+        return [self._stored(kv) for kv in await self._etcd.get_prefix(self._prefix)]

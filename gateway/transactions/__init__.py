@@ -1,0 +1,1 @@
+"""Transactions (issue 23): where transaction states are kept. Not yet served."""

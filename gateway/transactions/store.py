@@ -1,0 +1,99 @@
+"""Where each transactional id's state is kept, and the guarded write that decides it.
+
+Every change of a transaction is a compare-and-swap on the version that was read, so
+two coordinators (a paused former one and the new one) can never both move one
+transaction: the one that read the older version fails with
+:class:`TransactionChanged` and reads again. Alone, a gateway keeps one object per
+transactional id in the store (``{namespace}/~meta/transactions/{id hex}.json``,
+put-if-absent and put-if-unchanged); in a cluster, one etcd key per id
+(``cluster/etcd_metadata.py``), compared on its mod revision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from kafscale.protocol.layout import META_PREFIX
+from kafscale.protocol.transactions import Transaction
+from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound
+
+from ..storage import AsyncStore
+
+__all__ = ["StoredTransaction", "TransactionStore", "TransactionChanged", "EmbeddedTransactions",
+           "TransactionsUnreadable", "ABSENT"]
+
+ABSENT = ""  # the version of a transactional id never stored
+
+
+class TransactionChanged(Exception):
+    """Another coordinator changed the transaction since it was read."""
+
+
+class TransactionsUnreadable(RuntimeError):
+    """A stored transaction state does not parse."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTransaction:
+    transaction: Transaction
+    version: str  # opaque: what the next guarded write compares
+
+
+class TransactionStore(Protocol):
+    async def get(self, transactional_id: str) -> StoredTransaction | None: ...
+    async def put(self, transaction: Transaction, expected_version: str) -> None:
+        """Store ``transaction`` if its stored version is still ``expected_version``
+        (``ABSENT``: never stored), else raise :class:`TransactionChanged`. Each change
+        reads the version anew: a version is never guessed after a write, so no other
+        coordinator's write between the two can be taken for this one's."""
+        ...
+    async def list(self) -> list[StoredTransaction]: ...
+
+
+class EmbeddedTransactions:
+    """One object per transactional id, written with the store's conditional writes."""
+
+    def __init__(self, store: AsyncStore, namespace: str) -> None:
+        self._store = store
+        self._prefix = f"{namespace}/{META_PREFIX}/transactions/"
+
+    def _key(self, transactional_id: str) -> str:
+        return f"{self._prefix}{transactional_id.encode().hex()}.json"
+
+    def _decode(self, transactional_id: str, raw: bytes, key: str) -> Transaction:
+        try:
+            return Transaction.from_json(transactional_id, raw)
+        except ValueError as exc:
+            raise TransactionsUnreadable(f"{key}: {exc}") from exc
+
+    async def get(self, transactional_id: str) -> StoredTransaction | None:
+        key = self._key(transactional_id)
+        try:
+            raw, version = await self._store.get_versioned(key)
+        except ObjectNotFound:
+            return None
+        return StoredTransaction(self._decode(transactional_id, raw, key), version)
+
+    async def put(self, transaction: Transaction, expected_version: str) -> None:
+        key = self._key(transaction.transactional_id)
+        try:
+            if expected_version == ABSENT:
+                await self._store.put_if_absent(key, transaction.to_json())
+            else:
+                await self._store.put_if_unchanged(key, transaction.to_json(), expected_version)
+        except (ObjectExists, ObjectChanged) as exc:
+            raise TransactionChanged(transaction.transactional_id) from exc
+
+    async def list(self) -> list[StoredTransaction]:
+        found = []
+        for info in await self._store.list(self._prefix):
+            name = info.key[len(self._prefix):].removesuffix(".json")
+            try:
+                transactional_id = bytes.fromhex(name).decode()
+            except ValueError:
+                continue  # not one of ours
+            stored = await self.get(transactional_id)
+            if stored is not None:
+                found.append(stored)
+        return found

@@ -1,0 +1,49 @@
+"""Both transaction stores (objects in the store alone, etcd in a cluster): every change is
+a compare-and-swap on the version read, so of two coordinators one wins."""
+
+import pytest
+import trio
+
+from kafscale.gateway.cluster.etcd import EtcdClient
+from kafscale.gateway.cluster.etcd_metadata import EtcdTransactions
+from kafscale.gateway.storage import AsyncStore
+from kafscale.gateway.transactions.store import ABSENT, EmbeddedTransactions, TransactionChanged
+from kafscale.protocol.transactions import Transaction, TxnState
+from kafscale.storage_backends import LocalBackend, MemoryBackend
+from tests.support.etcd_server import EtcdServer
+
+
+@pytest.fixture(params=["memory", "file", "etcd"])
+async def transactions(request, tmp_path):
+    if request.param == "memory":
+        yield EmbeddedTransactions(AsyncStore(MemoryBackend(), 2), "kafscale")
+        return
+    if request.param == "file":
+        yield EmbeddedTransactions(AsyncStore(LocalBackend(tmp_path / "data"), 2), "kafscale")
+        return
+    server = await trio.to_thread.run_sync(lambda: EtcdServer(tmp_path).start())
+    client = EtcdClient([server.endpoint], 5000)
+    try:
+        yield EtcdTransactions(client, "/kafscale/test/")
+    finally:
+        await client.aclose()
+        await trio.to_thread.run_sync(server.stop)
+
+
+async def test_of_two_writers_that_read_one_version_only_the_first_lands(transactions):
+    assert await transactions.get("app/1") is None
+    fresh = Transaction("app/1", producer_id=4, producer_epoch=0, timeout_ms=60_000)
+    await transactions.put(fresh, ABSENT)
+    with pytest.raises(TransactionChanged):  # created twice
+        await transactions.put(fresh, ABSENT)
+    read = await transactions.get("app/1")
+    assert read is not None and read.transaction == fresh
+    ongoing = fresh.with_partitions(4, 0, [("t", 0)], now_ms=5)
+    await transactions.put(ongoing, read.version)
+    with pytest.raises(TransactionChanged):  # a paused coordinator that read the same version
+        await transactions.put(fresh.reinitialized(60_000, 6), read.version)
+    now = await transactions.get("app/1")
+    assert now is not None and now.transaction == ongoing and now.version != read.version
+    prepared = ongoing.ending(4, 0, commit=True, now_ms=7)
+    await transactions.put(prepared, now.version)
+    assert [s.transaction.state for s in await transactions.list()] == [TxnState.PREPARE_COMMIT]
