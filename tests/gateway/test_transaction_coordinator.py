@@ -1,0 +1,108 @@
+"""The transaction coordinator over the embedded store, with a marker writer that records
+what it was asked (the Kafka handlers and the real marker writer come with issue 23)."""
+
+import pytest
+
+from kafscale.gateway.storage import AsyncStore
+from kafscale.gateway.transactions.coordinator import TransactionCoordinator
+from kafscale.gateway.transactions.store import EmbeddedTransactions
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.transactions import TxnState
+from kafscale.storage_backends import MemoryBackend
+
+
+class RecordedMarkers:
+    def __init__(self) -> None:
+        self.written: list[tuple[str, bool, frozenset]] = []
+        self.fail = False
+
+    async def write_markers(self, transaction) -> None:
+        if self.fail:
+            raise KafkaError(ErrorCode.not_leader_or_follower, "a partition moved")
+        self.written.append((transaction.transactional_id, transaction.state == TxnState.PREPARE_COMMIT,
+                             transaction.partitions))
+
+
+@pytest.fixture
+def parts():
+    clock = [1_000]
+    ids = iter(range(100, 200))
+    markers = RecordedMarkers()
+    store = EmbeddedTransactions(AsyncStore(MemoryBackend(), 2), "kafscale")
+
+    async def new_id():
+        return next(ids)
+
+    coordinator = TransactionCoordinator(store, new_id, markers, lambda: clock[0])
+    return coordinator, markers, clock, store
+
+
+async def _code(awaitable) -> ErrorCode:
+    with pytest.raises(KafkaError) as refused:
+        await awaitable
+    return refused.value.code
+
+
+async def test_a_transaction_commits_through_prepare_markers_and_complete(parts):
+    coordinator, markers, clock, store = parts
+    producer = await coordinator.init_producer_id("tx", 60_000)
+    assert (producer.producer_id, producer.producer_epoch) == (100, 0)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0), ("t", 1)])
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0)])  # a retry
+    await coordinator.add_offsets("tx", 100, 0, "g")
+    prepared = await coordinator.end("tx", 100, 0, commit=True)
+    assert prepared.state == TxnState.PREPARE_COMMIT and markers.written == []  # answered at the commit point
+    done = await coordinator.complete("tx")
+    assert done.state == TxnState.COMPLETE_COMMIT
+    assert markers.written == [("tx", True, frozenset({("t", 0), ("t", 1)}))]
+    assert (await coordinator.end("tx", 100, 0, commit=True)).state == TxnState.COMPLETE_COMMIT  # a retry
+
+
+async def test_a_new_producer_of_the_id_fences_the_old_one_and_aborts_its_transaction(parts):
+    coordinator, markers, clock, store = parts
+    await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
+    assert await _code(coordinator.init_producer_id("tx", 60_000)) == ErrorCode.concurrent_transactions
+    assert markers.written == [("tx", False, frozenset({("t", 0)}))]  # aborted, markers written
+    again = await coordinator.init_producer_id("tx", 60_000)
+    assert (again.producer_id, again.producer_epoch) == (100, 2)
+    assert await _code(coordinator.end("tx", 100, 0, commit=True)) == ErrorCode.producer_fenced
+    assert await _code(coordinator.add_partitions("tx", 100, 1, [("t", 0)])) == ErrorCode.producer_fenced
+
+
+async def test_a_prepared_transaction_is_finished_by_the_next_coordinator(parts):
+    coordinator, markers, clock, store = parts
+    await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
+    markers.fail = True
+    await coordinator.end("tx", 100, 0, commit=False)
+    with pytest.raises(KafkaError):
+        await coordinator.complete("tx")  # the marker could not be written: it stays prepared
+    assert (await store.get("tx")).transaction.state == TxnState.PREPARE_ABORT
+    markers.fail = False
+    async def no_new_id():
+        raise AssertionError("finishing a transaction takes no producer id")
+
+    successor = TransactionCoordinator(store, no_new_id, markers, lambda: clock[0])  # another gateway
+    assert await successor.resume() == ["tx"]
+    assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
+    assert markers.written == [("tx", False, frozenset({("t", 0)}))]
+
+
+async def test_a_transaction_past_its_timeout_is_aborted_even_without_a_batch(parts):
+    coordinator, markers, clock, store = parts
+    await coordinator.init_producer_id("tx", 10_000)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 3)])
+    clock[0] += 10_000
+    assert await coordinator.abort_expired() == []
+    clock[0] += 1
+    assert await coordinator.abort_expired() == ["tx"]
+    assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
+    assert await _code(coordinator.end("tx", 100, 0, commit=True)) == ErrorCode.producer_fenced
+
+
+async def test_a_timeout_above_the_maximum_is_refused(parts):
+    coordinator, *_ = parts
+    assert await _code(coordinator.init_producer_id("tx", 900_001)) == ErrorCode.invalid_transaction_timeout
+    assert await _code(coordinator.add_partitions("nobody", 1, 0, [("t", 0)])) == \
+        ErrorCode.invalid_producer_id_mapping
