@@ -54,6 +54,7 @@ __all__ = [
     "parse_batch_header",
     "split_batches",
     "validate_record_set",
+    "has_transactional_batch",
     "check_records",
     "walk_records",
     "restamp",
@@ -210,6 +211,14 @@ def salvage_batches(data: bytes | memoryview, start: int, end: int, first_offset
     return intact, damaged
 
 
+def has_transactional_batch(data: bytes | memoryview) -> bool:
+    """Whether the record set's first batch is transactional (read before anything else is
+    checked, as Kafka decides a produce request is transactional)."""
+    if len(data) < BATCH_HEADER_SIZE:
+        return False
+    return bool(struct.unpack_from(">h", data, 21)[0] & TRANSACTIONAL_BIT)
+
+
 def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 30, *,
                         require_keys: bool = False) -> list[BatchHeader]:
     """What a produce request must pass: at least one batch, each well formed with a good
@@ -223,6 +232,8 @@ def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 3
     if not headers:
         raise CorruptBatch("empty record set")
     for header in headers:
+        if header.is_control:  # markers are the transaction coordinator's, never a client's (Kafka's rule)
+            raise InvalidRecord(f"batch at position {header.position} is a control batch: clients may not write them")
         if header.records_count == 0 or header.last_offset_delta != header.records_count - 1:
             raise InvalidRecord(
                 f"batch at position {header.position} has {header.records_count} records "

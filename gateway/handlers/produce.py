@@ -18,7 +18,7 @@ from kafscale.protocol.record_policy import (
     records_out_of_time,
     stamp_log_append_time,
 )
-from kafscale.protocol.records import BatchHeader, split_batches, validate_record_set
+from kafscale.protocol.records import BatchHeader, has_transactional_batch, split_batches, validate_record_set
 
 from ..context import RequestContext
 from ..partition_log import PartitionLog
@@ -90,7 +90,10 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
     if body.acks not in (0, 1, -1):
         admitted()
         return _error(request, ErrorCode.invalid_required_acks)
-    if body.transactional_id is not None:
+    if body.transactional_id is not None or any(
+            has_transactional_batch(part.records or b"") for topic in body.topic_data for part in topic.partition_data):
+        # Transactions are not served yet; a transactional batch without a transactional id
+        # is refused as Kafka refuses it.
         admitted()
         return _error(request, ErrorCode.transactional_id_authorization_failed)
 

@@ -89,3 +89,18 @@ async def test_the_topics_codec_recompresses_batches_sent_in_another(nursery, co
     [(header, records)] = await _stored(client, "z")
     assert header.compression == {"zstd": 4, "uncompressed": 0, "lz4": 3}[codec]
     assert [(r.key, r.value) for r in records] == values
+
+
+async def test_clients_may_not_write_control_or_transactional_batches(nursery):
+    """A forged transaction marker is INVALID_RECORD; a transactional batch without a
+    transactional id is refused as Kafka refuses it (transactions are not served yet)."""
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "x")
+    marker = build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], producer_id=3, producer_epoch=0,
+                         control=True)
+    assert (await _produce_one(client, "x", marker)).error_code == ErrorCode.invalid_record
+    transactional = build_batch([(b"k", b"v")], producer_id=3, producer_epoch=0, base_sequence=0, transactional=True)
+    answer = await _produce_one(client, "x", transactional)
+    assert answer.error_code == ErrorCode.transactional_id_authorization_failed
+    assert (await _stored(client, "x")) == []
