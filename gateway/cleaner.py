@@ -31,6 +31,7 @@ topics", states the window precisely).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ import trio
 from kafscale.protocol.cleaning import KeyMap, clean_batch, newest_batch_per_producer
 from kafscale.protocol.errors import KafkaError, SegmentFormatError
 from kafscale.protocol.index import build_index
-from kafscale.protocol.layout import index_key
+from kafscale.protocol.layout import cleaner_checkpoint_key, index_key
 from kafscale.protocol.log_object import EntryBatches
 from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.records import parse_batch_header
@@ -161,6 +162,8 @@ async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     async with partition_log.maintenance:
         started = time.monotonic()
+        if not partition_log.checkpoint_read:
+            partition_log.cleaning_restored(await _read_checkpoint(partition_log))
         work = await _map(partition_log, policy, budget_bytes, now_ms, stats)
         stats.keys_mapped = max(stats.keys_mapped, len(work.keys))
         rewritten = 0
@@ -179,11 +182,42 @@ async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: 
                 tombstones_due = due if tombstones_due is None else min(tombstones_due, due)
             await trio.lowlevel.checkpoint()
         if finished:
+            before = partition_log.cleaned_end
             partition_log.cleaning_done(work.mapped_end, tombstones_due, work.held_back_by_ms)
+            if partition_log.cleaned_end > before:
+                await _write_checkpoint(partition_log)
         stats.passes += 1
         stats.segments_rewritten += rewritten
         stats.seconds += time.monotonic() - started
         return rewritten
+
+
+def _checkpoint_key(partition_log: PartitionLog) -> str:
+    return cleaner_checkpoint_key(partition_log.settings.namespace, partition_log.topic, partition_log.partition)
+
+
+async def _read_checkpoint(partition_log: PartitionLog) -> int:
+    """How far the partition was cleaned before it was loaded (0 if unknown): so a restart or
+    a move does not map and read the whole partition again."""
+    try:
+        stored = json.loads(await partition_log.store.get(_checkpoint_key(partition_log)))
+        if bytes.fromhex(stored["topic_id"]) != partition_log.topic_id:
+            return 0  # a deleted topic's of the same name
+        return max(int(stored["cleaned_end"]), 0)
+    except ObjectNotFound:
+        return 0
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("%s is unreadable (%s): the partition is cleaned from its start", _checkpoint_key(partition_log),
+                    exc)
+        return 0
+
+
+async def _write_checkpoint(partition_log: PartitionLog) -> None:
+    document = {"topic_id": partition_log.topic_id.hex(), "cleaned_end": partition_log.cleaned_end}
+    try:  # derived: lost, it costs one pass over the whole partition, never a record
+        await partition_log.store.put(_checkpoint_key(partition_log), json.dumps(document).encode(), durable=False)
+    except StorageError as exc:
+        log.warning("writing %s failed: %s", _checkpoint_key(partition_log), exc)
 
 
 async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, policy: TopicPolicy, now_ms: int,

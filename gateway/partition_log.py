@@ -161,12 +161,12 @@ class PartitionLog:
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
         # The cleaner (compacted topics): offsets below ``cleaned_end`` were cleaned against a
-        # key map that covered them; not persisted, so a loaded log is dirty from its start
-        # (its first pass reads it all, and rewrites only what that pass removes).
+        # key map that covered them; restored from the cleaner's checkpoint at its first pass.
         self.cleaned_end = 0
         self.dirty_since_ms: int | None = None  # wall time the oldest segment not cleaned arrived
         self.tombstones_due_ms: int | None = None  # when the next kept tombstone's horizon passes
         self.held_back_by_ms: int | None = None  # newest timestamp of the dirty segment min.compaction.lag held
+        self.checkpoint_read = False  # the cleaner's stored progress was read since the log was loaded
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -192,6 +192,7 @@ class PartitionLog:
         self.cleaned_end = 0
         self.dirty_since_ms = _wall_ms() if any(p.kind == SEGMENT for p in self.pieces) else None
         self.tombstones_due_ms = self.held_back_by_ms = None
+        self.checkpoint_read = False
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -312,6 +313,13 @@ class PartitionLog:
         self.cache.discard(old.cache_key)
         self.segment_max_timestamps.pop(old.cache_key, None)
         self.segment_max_timestamps[new.cache_key] = max_timestamp
+
+    def cleaning_restored(self, cleaned_end: int) -> None:
+        """The cleaner's stored progress: offsets below it were cleaned by an earlier pass (of
+        this gateway before a restart, or of a former owner)."""
+        self.checkpoint_read = True
+        segments_end = max((p.last_offset + 1 for p in self.pieces if p.kind == SEGMENT), default=0)
+        self.cleaned_end = max(self.cleaned_end, min(cleaned_end, segments_end))
 
     def cleaning_done(self, mapped_end: int, tombstones_due_ms: int | None, held_back_by_ms: int | None) -> None:
         """A cleaning pass mapped keys up to ``mapped_end``: what is below is clean."""

@@ -26,6 +26,7 @@ __all__ = [
     "parse_log_object_key",
     "log_object_namespace",
     "writer_node",
+    "cleaner_checkpoint_key",
 ]
 
 _SEGMENT = re.compile(r"segment-(\d{20})\.kfs$")
@@ -69,6 +70,12 @@ def index_key_of_segment(key: str) -> str:
     if parse_segment_key(key) is None:
         raise ValueError(f"{key!r} is not a segment key")
     return key[: -len(".kfs")] + ".index"
+
+
+def cleaner_checkpoint_key(namespace: str, topic: str, partition: int) -> str:
+    """Where the cleaner keeps how far a compacted partition is clean (not a segment: listings
+    of segments skip it)."""
+    return f"{namespace}/{topic}/{partition}/cleaner-checkpoint.json"
 
 
 def parse_segment_key(key: str) -> int | None:

@@ -4,6 +4,8 @@ change, tombstones go after delete.retention.ms, and every reader sees the clean
 import random
 import time
 
+import trio
+
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
@@ -240,3 +242,30 @@ async def test_list_offsets_answers_on_the_cleaned_log(nursery):
     assert await list_offset(-1) == 4
     assert await list_offset(500) == 1  # the record at t=1000 is gone: the next one
     assert await list_offset(3_000) == 2
+
+
+async def test_a_restarted_gateway_cleans_on_from_its_checkpoint(nursery, tmp_path):
+    """How far a partition is clean survives a restart (cleaner-checkpoint.json): the next
+    owner maps only what was written since, not the whole partition again."""
+    running, shutdown = await start_gateway(nursery, storage=str(tmp_path / "data"))
+    client = await Client.connect(running.port)
+    await create_topic(client, "ck", cleanup_policy="compact")
+    for i in range(6):
+        await _produce(client, "ck", [(b"k%d" % (j % 5), b"first-%d-%d" % (i, j)) for j in range(50)])
+        await running.context.logs.compactor.pass_once(everything=True)
+    await _settle(running)
+    cleaned_end = running.context.logs.loaded()[0].cleaned_end
+    assert cleaned_end == 300
+    shutdown.set()
+    await trio.sleep(0.2)
+    again, _ = await start_gateway(nursery, storage=str(tmp_path / "data"))
+    client = await Client.connect(again.port)
+    await _produce(client, "ck", [(b"k0", b"newest")])
+    await _settle(again)
+    stats = again.context.logs.cleaner.stats
+    partition_log = again.context.logs.loaded()[0]
+    assert partition_log.cleaned_end == 301
+    assert stats.bytes_read == partition_log.pieces[-1].size  # only the new segment was mapped
+    assert await _read_all(client, "ck") == [(296, b"k1", b"first-5-46"), (297, b"k2", b"first-5-47"),
+                                             (298, b"k3", b"first-5-48"), (299, b"k4", b"first-5-49"),
+                                             (300, b"k0", b"newest")]
