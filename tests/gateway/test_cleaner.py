@@ -269,3 +269,37 @@ async def test_a_restarted_gateway_cleans_on_from_its_checkpoint(nursery, tmp_pa
     assert await _read_all(client, "ck") == [(296, b"k1", b"first-5-46"), (297, b"k2", b"first-5-47"),
                                              (298, b"k3", b"first-5-48"), (299, b"k4", b"first-5-49"),
                                              (300, b"k0", b"newest")]
+
+
+async def test_a_damaged_segment_is_never_rewritten_and_stops_the_pass_before_it(nursery, tmp_path):
+    """A bit flipped in the second of three segments: the first is cleaned, the damaged one
+    and everything after it are left as they are (a tombstone after damage must not go
+    while an older value may hide in the damaged part), and nothing crashes."""
+    data = tmp_path / "data"
+    running, _ = await start_gateway(nursery, storage=str(data))
+    client = await Client.connect(running.port)
+    await create_topic(client, "dm", cleanup_policy="compact", delete_retention_ms="0")
+    logs = running.context.logs
+    for values in ([(b"a", b"1"), (b"a", b"2")], [(b"b", b"damaged-%d" % i) for i in range(3)],
+                   [(b"a", None), (b"b", b"3")]):
+        await _produce(client, "dm", values)
+        await logs.compactor.pass_once(everything=True)
+    [_, middle, _] = sorted(data.rglob("dm/0/segment-*.kfs"))
+    raw = bytearray(middle.read_bytes())
+    raw[raw.index(b"damaged-1") + 3] ^= 0x01
+    middle.write_bytes(bytes(raw))
+    partition_log = logs.loaded()[0]
+    partition_log.cache.discard_prefix("")  # the next reads see the damage
+    before = {p.name: p.read_bytes() for p in sorted(data.rglob("dm/0/segment-*.kfs"))}
+    rewritten = await logs.cleaner.pass_once(everything=True)
+    after = {p.name: p.read_bytes() for p in sorted(data.rglob("dm/0/segment-*.kfs"))}
+    first = sorted(before)[0]
+    assert rewritten == 1 and [name for name in before if before[name] != after[name]] == [first]
+    assert logs.cleaner.stats.errors == 0 and len(running.context.logs.damage) == 1
+    # a: 1 went (superseded within the mapped part); at the damage consumers get CORRUPT_MESSAGE, as before.
+    body = await client.call(1, 12, _fetch("dm", 0, 0))
+    records = bytes(body.responses[0].partitions[0].records)
+    assert [(r.offset, r.value) for h in split_batches(records)
+            for r in iter_records(records[h.position:h.position + h.size], h.at(position=0))] == [(1, b"2")]
+    body = await client.call(1, 12, _fetch("dm", 2, 0))
+    assert body.responses[0].partitions[0].error_code == ErrorCode.corrupt_message
