@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from crc32c import crc32c
 
@@ -41,12 +42,14 @@ from .records import (
     write_varint,
 )
 
-__all__ = ["KeyMap", "BYTES_PER_KEY", "batch_records", "clean_batch", "CleanedBatch",
+__all__ = ["KeyMap", "DictTable", "batch_records", "clean_batch", "CleanedBatch",
            "key_digest", "delete_horizon", "newest_batch_per_producer"]
 
-# Measured with tracemalloc (bench/cleaner_bench.py, 200,000 keys): 133 B each (a 16-byte
-# digest is a 49 B bytes object, an offset a 32 B int, the rest the dict's slots), rounded up.
-BYTES_PER_KEY = 136
+_NativeTable: Any
+try:  # the C table (protocol/_key_map.c): 24-byte slots, at most three quarters full
+    from ._key_map import KeyMap as _NativeTable
+except ImportError:  # pragma: no cover - the extension is optional, the dict is the reference
+    _NativeTable = None
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 _BEFORE_CRC = struct.Struct(">qiibI")
 
@@ -116,41 +119,66 @@ def _records(payload: bytes, header: BatchHeader) -> list[_Record]:
     return records
 
 
-class KeyMap:
-    """Each key's newest offset in the part of the log a pass has read, within a memory
-    budget (Kafka's dedupe buffer): a pass maps until it is full."""
+class DictTable:
+    """The reference table (and the fallback without the C extension): a dict of digests.
+    Measured with tracemalloc over 200,000 keys: 133 B a key (a 16-byte digest is a 49 B
+    bytes object, an offset a 32 B int, the rest the dict's slots), so 136 are budgeted."""
 
-    def __init__(self, budget_bytes: int) -> None:
-        self.capacity = max(budget_bytes // BYTES_PER_KEY, 1)
+    BYTES_PER_KEY = 136
+
+    def __init__(self, max_bytes: int) -> None:
+        self._capacity = max(max_bytes // self.BYTES_PER_KEY, 1)
         self._newest: dict[bytes, int] = {}
-        self.records_seen = 0
+
+    def capacity(self) -> int:
+        return self._capacity
 
     def __len__(self) -> int:
         return len(self._newest)
 
+    def put(self, digest: bytes, offset: int) -> bool:
+        if digest not in self._newest and len(self._newest) >= self._capacity:
+            return False
+        self._newest[digest] = offset
+        return True
+
+    def get(self, digest: bytes) -> int:
+        return self._newest.get(digest, -1)
+
+
+class KeyMap:
+    """Each key's newest offset in the part of the log a pass has read, within a memory
+    budget (Kafka's dedupe buffer): a pass maps until it is full. The C table takes 32
+    bytes a key at most (24-byte slots, at most three quarters full), the dict 136."""
+
+    def __init__(self, budget_bytes: int, *, native: bool = True) -> None:
+        self._table = _NativeTable(budget_bytes) if native and _NativeTable is not None else DictTable(budget_bytes)
+        self.capacity: int = self._table.capacity()
+        self.records_seen = 0
+
+    def __len__(self) -> int:
+        return len(self._table)
+
     @property
     def full(self) -> bool:
-        return len(self._newest) >= self.capacity
+        return len(self._table) >= self.capacity
 
     def add_batch(self, data: bytes | memoryview, header: BatchHeader) -> bool:
         """Map the batch's keyed records; ``False`` (the batch not wholly mapped) once full.
         Control batches carry no user keys."""
         if header.attributes & CONTROL_BIT:
             return True
-        newest = self._newest
+        put = self._table.put
         for record in batch_records(data, header):
             if record.key is None:
                 continue
-            digest = key_digest(record.key)
-            if digest not in newest and len(newest) >= self.capacity:
+            if not put(key_digest(record.key), record.offset):
                 return False
-            newest[digest] = record.offset
             self.records_seen += 1
         return True
 
     def superseded(self, key: bytes, offset: int) -> bool:
-        newest = self._newest.get(key_digest(key))
-        return newest is not None and newest > offset
+        return self._table.get(key_digest(key)) > offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The cleaner's record logic against a model of Kafka's cleaner semantics."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,8 +95,46 @@ def test_an_emptied_batch_stays_as_its_header_only_when_asked():
     assert clean_batch(data, headers[0], keys, NOW, RETENTION, keep_header=False).data is None
 
 
-def test_the_key_map_stops_at_its_budget():
+@pytest.mark.parametrize("native, capacity", [(False, 10), (True, 24)])
+def test_the_key_map_stops_at_its_budget(native, capacity):
+    """1,360 bytes: ten keys of the dict's 136; the C table's largest power of two of 24-byte
+    slots within it (32), three quarters full."""
     data = build_batch([(b"k%d" % i, b"v") for i in range(100)])
     [header] = split_batches(data)
-    keys = KeyMap(10 * 136)
-    assert not keys.add_batch(data, header) and len(keys) == keys.capacity == 10
+    keys = KeyMap(10 * 136, native=native)
+    assert not keys.add_batch(data, header) and len(keys) == keys.capacity == capacity
+
+
+def test_the_c_key_table_is_built():
+    from kafscale.protocol import cleaning
+
+    assert cleaning._NativeTable is not None, "protocol/_key_map.c was not compiled (pip install -e . needs gcc)"
+
+
+@given(st.integers(200, 5_000), st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2**62)), max_size=400))
+def test_the_c_key_table_agrees_with_the_dict(budget, operations):
+    """Same answers to every put and get, through growth and up to the capacity."""
+    from kafscale.protocol.cleaning import DictTable, _NativeTable, key_digest
+
+    native = _NativeTable(budget)
+    reference = DictTable(native.capacity() * DictTable.BYTES_PER_KEY)
+    assert reference.capacity() == native.capacity()
+    for key, offset in operations:
+        digest = key_digest(b"%d" % key)
+        assert native.put(digest, offset) == reference.put(digest, offset)
+        assert native.get(digest) == reference.get(digest) and len(native) == len(reference)
+    for key in range(301):
+        digest = key_digest(b"%d" % key)
+        assert native.get(digest) == reference.get(digest)
+
+
+def test_the_c_key_table_refuses_what_is_not_a_digest():
+    from kafscale.protocol.cleaning import _NativeTable
+
+    table = _NativeTable(4096)
+    with pytest.raises(ValueError):
+        table.put(b"short", 1)
+    with pytest.raises(ValueError):
+        table.put(bytes(16), -1)
+    with pytest.raises(TypeError):
+        table.get("not bytes")
