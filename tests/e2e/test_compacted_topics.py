@@ -285,3 +285,31 @@ def _read_topic(bootstrap: str, topic: str) -> list:
         raise AssertionError("no end of partition within 10 s")
     finally:
         consumer.close()
+
+
+def test_kafka_python_admin_appends_and_subtracts_compact(tmp_path):
+    """kafka-python's admin client: create a compacted topic, APPEND delete, SUBTRACT compact
+    (IncrementalAlterConfigs), and read the policy back each time (DescribeConfigs)."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.admin import NewTopic as PythonNewTopic
+
+    gateway = GatewayProcess(tmp_path / "data").start()
+    admin = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
+    try:
+        admin.create_topics([PythonNewTopic("kp-compact", 1, 1, topic_configs={"cleanup.policy": "compact"})])
+
+        def policy() -> str:
+            found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-compact")],
+                                           config_filter="all")
+            entry = found["topic"]["kp-compact"]["cleanup.policy"]
+            assert entry["config_source"] == "DYNAMIC_TOPIC_CONFIG"  # set on the topic, not a default
+            return entry["value"]
+
+        assert policy() == "compact"
+        for op, value, expected in (("APPEND", "delete", "compact,delete"), ("SUBTRACT", "compact", "delete")):
+            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-compact",
+                                                configs={"cleanup.policy": (op, value)})], incremental=True)
+            assert policy() == expected
+    finally:
+        admin.close()
+        gateway.kill()
