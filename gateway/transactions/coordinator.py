@@ -89,55 +89,43 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction was aborted; retry")
         return result
 
-    async def _ongoing(self, transactional_id: str) -> StoredTransaction:
-        stored = await self._store.get(transactional_id)
-        if stored is None:
-            raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no producer for {transactional_id!r}")
-        return stored
+    async def _change_existing(self, transactional_id: str,
+                               transition: Callable[[Transaction], Transaction | None]) -> Transaction:
+        """A request for an id that must have a producer already (InitProducerId first)."""
+
+        async def step(stored: StoredTransaction | None) -> Transaction | None:
+            if stored is None:
+                raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no producer for {transactional_id!r}")
+            return transition(stored.transaction)
+
+        result = await self._change(transactional_id, step)
+        assert result is not None  # the id exists: its state, changed or not
+        return result
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[tuple[str, int]]) -> Transaction:
         now = self._clock_ms()
 
-        async def step(stored: StoredTransaction | None) -> Transaction | None:
-            if stored is None:
-                raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no producer for {transactional_id!r}")
-            current = stored.transaction
+        def transition(current: Transaction) -> Transaction | None:
             if current.state == TxnState.ONGOING and set(partitions) <= current.partitions:
                 current.with_partitions(producer_id, producer_epoch, (), now)  # the producer is still checked
                 return None  # a retry: nothing to write
             return current.with_partitions(producer_id, producer_epoch, partitions, now)
 
-        result = await self._change(transactional_id, step)
-        assert result is not None
-        return result
+        return await self._change_existing(transactional_id, transition)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_id: str) -> Transaction:
         now = self._clock_ms()
-
-        async def step(stored: StoredTransaction | None) -> Transaction | None:
-            if stored is None:
-                raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no producer for {transactional_id!r}")
-            return stored.transaction.with_group(producer_id, producer_epoch, group_id, now)
-
-        result = await self._change(transactional_id, step)
-        assert result is not None
-        return result
+        return await self._change_existing(
+            transactional_id, lambda current: current.with_group(producer_id, producer_epoch, group_id, now))
 
     async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> Transaction:
         """EndTxn: stores PREPARE_* (the commit point) and answers; :meth:`complete` writes
         the markers (a retry of a finished EndTxn is answered as it was)."""
         now = self._clock_ms()
-
-        async def step(stored: StoredTransaction | None) -> Transaction | None:
-            if stored is None:
-                raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no producer for {transactional_id!r}")
-            return stored.transaction.ending(producer_id, producer_epoch, commit, now)
-
-        result = await self._change(transactional_id, step)
-        assert result is not None
-        return result
+        return await self._change_existing(
+            transactional_id, lambda current: current.ending(producer_id, producer_epoch, commit, now))
 
     async def complete(self, transactional_id: str) -> Transaction | None:
         """Write the markers of a prepared transaction, then store COMPLETE_*. Safe to repeat
