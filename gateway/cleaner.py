@@ -7,7 +7,7 @@ the log, as Kafka's active segment is, and wait for compaction.
 
 A pass over one partition (its owner, under the partition's maintenance lock):
 
-1. **Map.** The dirty segments (from ``cleaned_end``) are read in offset order and
+1. **Map.** The dirty segments (from :class:`Progress` ``cleaned_end``) are read in offset order and
    each keyed record's offset goes into a :class:`KeyMap` of at most
    ``cleaner_dedupe_buffer_bytes``. The pass stops mapping when the map is full,
    at damage, or at the first segment newer than ``min.compaction.lag.ms``.
@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,7 +55,7 @@ from .metadata import TopicInfo
 from .partition_log import PartitionLog
 from .topic_configs import TopicPolicy
 
-__all__ = ["Cleaner", "CleanerStats", "clean", "cleaning_due", "dirtiness"]
+__all__ = ["Cleaner", "CleanerStats", "Progress", "clean", "cleaning_due", "dirtiness"]
 
 log = logging.getLogger("kafscale.cleaner")
 
@@ -73,34 +74,65 @@ class CleanerStats:
     dirty_bytes: int = 0  # over the compacted partitions this gateway owns, at the last check
 
 
+@dataclass(slots=True)
+class Progress:
+    """How far the cleaner got with one loaded partition (a loaded log is a new object, so a
+    reload starts a new one, from the stored checkpoint)."""
+
+    cleaned_end: int = 0  # offsets below were cleaned against a key map that covered them
+    checkpoint_read: bool = False
+    dirty_since_ms: int | None = None  # when this gateway first saw a segment not cleaned yet
+    tombstones_due_ms: int | None = None  # when the next kept tombstone's horizon passes
+    held_back_by_ms: int | None = None  # newest timestamp of the dirty segment min.compaction.lag held
+
+    def restored(self, cleaned_end: int, partition_log: PartitionLog) -> None:
+        """The stored checkpoint: offsets below it were cleaned by an earlier pass (of this
+        gateway before a restart, or of a former owner)."""
+        self.checkpoint_read = True
+        segments_end = max((p.last_offset + 1 for p in _segments(partition_log)), default=0)
+        self.cleaned_end = max(self.cleaned_end, min(cleaned_end, segments_end))
+
+    def seen(self, dirty_bytes: int, now_ms: int) -> None:
+        """A check found this much not cleaned yet (max.compaction.lag counts from the first)."""
+        if not dirty_bytes:
+            self.dirty_since_ms = None
+        elif self.dirty_since_ms is None:
+            self.dirty_since_ms = now_ms
+
+    def done(self, mapped_end: int, tombstones_due_ms: int | None, held_back_by_ms: int | None) -> None:
+        self.cleaned_end = max(self.cleaned_end, mapped_end)
+        self.tombstones_due_ms = tombstones_due_ms
+        self.held_back_by_ms = held_back_by_ms
+
+
 def _segments(partition_log: PartitionLog) -> list[Piece]:
     return [p for p in partition_log.compacted_pieces()
             if p.kind == SEGMENT and p.last_offset >= partition_log.log_start_offset]
 
 
-def dirtiness(partition_log: PartitionLog) -> tuple[int, int]:
+def dirtiness(partition_log: PartitionLog, progress: Progress) -> tuple[int, int]:
     """(bytes of segments not cleaned yet, bytes of all segments)."""
     segments = _segments(partition_log)
-    dirty = sum(p.size for p in segments if p.last_offset >= partition_log.cleaned_end)
+    dirty = sum(p.size for p in segments if p.last_offset >= progress.cleaned_end)
     return dirty, sum(p.size for p in segments)
 
 
-def cleaning_due(partition_log: PartitionLog, policy: TopicPolicy, now_ms: int) -> bool:
+def cleaning_due(partition_log: PartitionLog, progress: Progress, policy: TopicPolicy, now_ms: int) -> bool:
     """Kafka's triggers: the dirty ratio reached, a dirty record older than the maximum
     lag, or a kept tombstone's horizon passed; never while min.compaction.lag holds it."""
     if partition_log.closing or partition_log.fenced:
         return False
-    if partition_log.tombstones_due_ms is not None and now_ms >= partition_log.tombstones_due_ms:
+    if progress.tombstones_due_ms is not None and now_ms >= progress.tombstones_due_ms:
         return True
-    held = partition_log.held_back_by_ms
+    held = progress.held_back_by_ms
     if held is not None and now_ms - held < policy.min_compaction_lag_ms:
         return False  # the topic's current lag, so a changed config applies at once
-    dirty, total = dirtiness(partition_log)
+    dirty, total = dirtiness(partition_log, progress)
     if not dirty:
         return False
     if dirty / total >= policy.min_cleanable_dirty_ratio:
         return True
-    since = partition_log.dirty_since_ms
+    since = progress.dirty_since_ms
     return since is not None and now_ms - since >= policy.max_compaction_lag_ms
 
 
@@ -112,9 +144,8 @@ class _Pass:
     held_back_by_ms: int | None = None  # newest timestamp of the segment min.compaction.lag stopped at
 
 
-async def _map(partition_log: PartitionLog, policy: TopicPolicy, budget: int, now_ms: int,
+async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolicy, budget: int, now_ms: int,
                stats: CleanerStats) -> _Pass:
-    first_dirty = partition_log.cleaned_end
     work = _Pass(KeyMap(budget), first_dirty, partition_log.log_start_offset)
     youngest_allowed = now_ms - policy.min_compaction_lag_ms
     for piece in _segments(partition_log):
@@ -156,15 +187,15 @@ def _map_segment(keys: KeyMap, loaded: Segment | EntryBatches, first_dirty: int)
     return None
 
 
-async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: int, stats: CleanerStats,
-                now_ms: int | None = None) -> int:
+async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPolicy, budget_bytes: int,
+                stats: CleanerStats, now_ms: int | None = None) -> int:
     """One cleaning pass over a partition; returns the segments rewritten."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     async with partition_log.maintenance:
         started = time.monotonic()
-        if not partition_log.checkpoint_read:
-            partition_log.cleaning_restored(await _read_checkpoint(partition_log))
-        work = await _map(partition_log, policy, budget_bytes, now_ms, stats)
+        if not progress.checkpoint_read:
+            progress.restored(await _read_checkpoint(partition_log), partition_log)
+        work = await _map(partition_log, progress.cleaned_end, policy, budget_bytes, now_ms, stats)
         stats.keys_mapped = max(stats.keys_mapped, len(work.keys))
         rewritten = 0
         tombstones_due: int | None = None
@@ -182,10 +213,10 @@ async def clean(partition_log: PartitionLog, policy: TopicPolicy, budget_bytes: 
                 tombstones_due = due if tombstones_due is None else min(tombstones_due, due)
             await trio.lowlevel.checkpoint()
         if finished:
-            before = partition_log.cleaned_end
-            partition_log.cleaning_done(work.mapped_end, tombstones_due, work.held_back_by_ms)
-            if partition_log.cleaned_end > before:
-                await _write_checkpoint(partition_log)
+            before = progress.cleaned_end
+            progress.done(work.mapped_end, tombstones_due, work.held_back_by_ms)
+            if progress.cleaned_end > before:
+                await _write_checkpoint(partition_log, progress.cleaned_end)
         stats.passes += 1
         stats.segments_rewritten += rewritten
         stats.seconds += time.monotonic() - started
@@ -212,8 +243,8 @@ async def _read_checkpoint(partition_log: PartitionLog) -> int:
         return 0
 
 
-async def _write_checkpoint(partition_log: PartitionLog) -> None:
-    document = {"topic_id": partition_log.topic_id.hex(), "cleaned_end": partition_log.cleaned_end}
+async def _write_checkpoint(partition_log: PartitionLog, cleaned_end: int) -> None:
+    document = {"topic_id": partition_log.topic_id.hex(), "cleaned_end": cleaned_end}
     try:  # derived: lost, it costs one pass over the whole partition, never a record
         await partition_log.store.put(_checkpoint_key(partition_log), json.dumps(document).encode(), durable=False)
     except StorageError as exc:
@@ -301,6 +332,14 @@ class Cleaner:
         self.backoff_s = backoff_s
         self.time_share = time_share
         self.stats = CleanerStats()
+        self._progress: weakref.WeakKeyDictionary[PartitionLog, Progress] = weakref.WeakKeyDictionary()
+
+    def progress(self, partition_log: PartitionLog) -> Progress:
+        """How far this gateway cleaned the loaded log (a reloaded one starts anew)."""
+        found = self._progress.get(partition_log)
+        if found is None:
+            found = self._progress[partition_log] = Progress()
+        return found
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -325,14 +364,16 @@ class Cleaner:
             policy = self.logs.policy(info)
             if not policy.compact or not partition_log.writable():
                 continue
-            dirty, total = dirtiness(partition_log)
+            progress = self.progress(partition_log)
+            dirty, total = dirtiness(partition_log, progress)
+            progress.seen(dirty, now_ms)
             worst = max(worst, dirty / total if total else 0.0)
             dirty_total += dirty
-            if not (everything or cleaning_due(partition_log, policy, now_ms)):
+            if not (cleaning_due(partition_log, progress, policy, now_ms) or everything):
                 continue
             started = trio.current_time()
             try:
-                rewritten += await clean(partition_log, policy, self.budget_bytes, self.stats, now_ms)
+                rewritten += await clean(partition_log, progress, policy, self.budget_bytes, self.stats, now_ms)
             except (KafkaError, StorageError) as exc:
                 self.stats.errors += 1
                 log.warning("cleaning %s-%d failed (retried): %s", partition_log.topic, partition_log.partition, exc)

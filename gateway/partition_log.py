@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,10 +35,6 @@ from .cache import ByteLRU
 from .damage import DamageReport
 from .producers import ProducerStates
 from .storage import AsyncStore
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Flusher(Protocol):
@@ -160,13 +155,6 @@ class PartitionLog:
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
-        # The cleaner (compacted topics): offsets below ``cleaned_end`` were cleaned against a
-        # key map that covered them; restored from the cleaner's checkpoint at its first pass.
-        self.cleaned_end = 0
-        self.dirty_since_ms: int | None = None  # wall time the oldest segment not cleaned arrived
-        self.tombstones_due_ms: int | None = None  # when the next kept tombstone's horizon passes
-        self.held_back_by_ms: int | None = None  # newest timestamp of the dirty segment min.compaction.lag held
-        self.checkpoint_read = False  # the cleaner's stored progress was read since the log was loaded
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -189,10 +177,6 @@ class PartitionLog:
         self.redundant = list(view.redundant)
         self.uncompacted_since = trio.current_time() if any(p.kind == ENTRY for p in self.pieces) else None
         self.producers = producers
-        self.cleaned_end = 0
-        self.dirty_since_ms = _wall_ms() if any(p.kind == SEGMENT for p in self.pieces) else None
-        self.tombstones_due_ms = self.held_back_by_ms = None
-        self.checkpoint_read = False
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -291,8 +275,6 @@ class PartitionLog:
             self.segment_max_timestamps[segment.cache_key] = max_timestamp
         if not any(p.last_offset >= self.compacted_end for p in rest):
             self.uncompacted_since = None
-        if self.dirty_since_ms is None:
-            self.dirty_since_ms = _wall_ms()
 
     def nothing_to_compact(self) -> None:
         self.uncompacted_since = None
@@ -313,21 +295,6 @@ class PartitionLog:
         self.cache.discard(old.cache_key)
         self.segment_max_timestamps.pop(old.cache_key, None)
         self.segment_max_timestamps[new.cache_key] = max_timestamp
-
-    def cleaning_restored(self, cleaned_end: int) -> None:
-        """The cleaner's stored progress: offsets below it were cleaned by an earlier pass (of
-        this gateway before a restart, or of a former owner)."""
-        self.checkpoint_read = True
-        segments_end = max((p.last_offset + 1 for p in self.pieces if p.kind == SEGMENT), default=0)
-        self.cleaned_end = max(self.cleaned_end, min(cleaned_end, segments_end))
-
-    def cleaning_done(self, mapped_end: int, tombstones_due_ms: int | None, held_back_by_ms: int | None) -> None:
-        """A cleaning pass mapped keys up to ``mapped_end``: what is below is clean."""
-        self.cleaned_end = max(self.cleaned_end, mapped_end)
-        self.tombstones_due_ms = tombstones_due_ms
-        self.held_back_by_ms = held_back_by_ms
-        if not any(p.kind == SEGMENT and p.last_offset >= self.cleaned_end for p in self.pieces):
-            self.dirty_since_ms = None
 
     def take_redundant(self) -> list[StoredSegment]:
         """Segments found contained in others when the log was loaded, for deletion."""

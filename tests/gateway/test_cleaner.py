@@ -92,7 +92,8 @@ async def test_tombstones_stay_for_delete_retention_after_the_pass_that_kept_the
     assert await _read_all(client, "t") == [(2, b"c", b"1"), (3, b"a", None), (4, b"b", b"2")]
     await _settle(running, now + DAY_MS - 1)  # not yet
     assert (3, b"a", None) in await _read_all(client, "t")
-    assert running.context.logs.loaded()[0].tombstones_due_ms == now + DAY_MS
+    logs = running.context.logs
+    assert logs.cleaner.progress(logs.loaded()[0]).tombstones_due_ms == now + DAY_MS
     await _settle(running, now + DAY_MS)
     assert await _read_all(client, "t") == [(2, b"c", b"1"), (4, b"b", b"2")]
 
@@ -171,7 +172,7 @@ async def test_records_keep_their_bytes_and_timestamps(nursery):
 async def test_a_cleaner_that_lost_the_partition_before_its_rewrite_publishes_nothing(nursery):
     """Another gateway took the partition over (a newer epoch) after this one mapped the
     keys: every rewrite is asked of ownership first, so nothing is written."""
-    from kafscale.gateway.cleaner import CleanerStats, clean
+    from kafscale.gateway.cleaner import CleanerStats, Progress, clean
 
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
@@ -195,8 +196,9 @@ async def test_a_cleaner_that_lost_the_partition_before_its_rewrite_publishes_no
 
     store.get_versioned, store.put_if_unchanged = get_versioned, put_if_unchanged
     policy = logs.policy(logs.topics()["o"])
-    assert await clean(partition_log, policy, 1 << 20, CleanerStats()) == 0
-    assert writes == [] and partition_log.cleaned_end == 0  # the next owner cleans it from the start
+    progress = Progress()
+    assert await clean(partition_log, progress, policy, 1 << 20, CleanerStats()) == 0
+    assert writes == [] and progress.cleaned_end == 0  # the next owner cleans it from the start
     assert len(await _read_all(client, "o")) == 10
 
 
@@ -254,8 +256,8 @@ async def test_a_restarted_gateway_cleans_on_from_its_checkpoint(nursery, tmp_pa
         await _produce(client, "ck", [(b"k%d" % (j % 5), b"first-%d-%d" % (i, j)) for j in range(50)])
         await running.context.logs.compactor.pass_once(everything=True)
     await _settle(running)
-    cleaned_end = running.context.logs.loaded()[0].cleaned_end
-    assert cleaned_end == 300
+    logs = running.context.logs
+    assert logs.cleaner.progress(logs.loaded()[0]).cleaned_end == 300
     shutdown.set()
     await trio.sleep(0.2)
     again, _ = await start_gateway(nursery, storage=str(tmp_path / "data"))
@@ -264,7 +266,7 @@ async def test_a_restarted_gateway_cleans_on_from_its_checkpoint(nursery, tmp_pa
     await _settle(again)
     stats = again.context.logs.cleaner.stats
     partition_log = again.context.logs.loaded()[0]
-    assert partition_log.cleaned_end == 301
+    assert again.context.logs.cleaner.progress(partition_log).cleaned_end == 301
     assert stats.bytes_read == partition_log.pieces[-1].size  # only the new segment was mapped
     assert await _read_all(client, "ck") == [(296, b"k1", b"first-5-46"), (297, b"k2", b"first-5-47"),
                                              (298, b"k3", b"first-5-48"), (299, b"k4", b"first-5-49"),
