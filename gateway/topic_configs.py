@@ -154,7 +154,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
                     "accepted, no effect: there is no local tier, all data is in the store"),
         TopicConfig("max.compaction.lag.ms", str(_LONG_MAX), _long(1),
                     "Longest a record stays ineligible for cleaning.", _LONG,
-                    "enforced by the cleaner (from when its segment was written)"),
+                    "enforced by the cleaner (from when it first finds the segment not cleaned, checked every cleaner_backoff_ms)"),
         TopicConfig("max.message.bytes", "", _int(0), "Largest record batch accepted for this topic.", _INT,
                     "enforced on produce", "max_message_bytes"),
         TopicConfig("message.downconversion.enable", "true", _boolean,
