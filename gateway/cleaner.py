@@ -117,9 +117,11 @@ def dirtiness(partition_log: PartitionLog, progress: Progress) -> tuple[int, int
     return dirty, sum(p.size for p in segments)
 
 
-def cleaning_due(partition_log: PartitionLog, progress: Progress, policy: TopicPolicy, now_ms: int) -> bool:
-    """Kafka's triggers: the dirty ratio reached, a dirty record older than the maximum
-    lag, or a kept tombstone's horizon passed; never while min.compaction.lag holds it."""
+def cleaning_due(partition_log: PartitionLog, progress: Progress, policy: TopicPolicy, now_ms: int,
+                 dirty: int, total: int) -> bool:
+    """Kafka's triggers, given the partition's :func:`dirtiness`: the dirty ratio reached, a
+    dirty record older than the maximum lag, or a kept tombstone's horizon passed; never
+    while min.compaction.lag holds it."""
     if partition_log.closing or partition_log.fenced:
         return False
     if progress.tombstones_due_ms is not None and now_ms >= progress.tombstones_due_ms:
@@ -127,7 +129,6 @@ def cleaning_due(partition_log: PartitionLog, progress: Progress, policy: TopicP
     held = progress.held_back_by_ms
     if held is not None and now_ms - held < policy.min_compaction_lag_ms:
         return False  # the topic's current lag, so a changed config applies at once
-    dirty, total = dirtiness(partition_log, progress)
     if not dirty:
         return False
     if dirty / total >= policy.min_cleanable_dirty_ratio:
@@ -369,7 +370,7 @@ class Cleaner:
             progress.seen(dirty, now_ms)
             worst = max(worst, dirty / total if total else 0.0)
             dirty_total += dirty
-            if not (cleaning_due(partition_log, progress, policy, now_ms) or everything):
+            if not (cleaning_due(partition_log, progress, policy, now_ms, dirty, total) or everything):
                 continue
             started = trio.current_time()
             try:

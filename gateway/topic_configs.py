@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.record_policy import CODECS
 
 from .config import GatewayConfig
 
@@ -124,7 +125,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
                     "delete: retention by time and size; compact: keep each key's newest record; both.", _LIST,
                     "enforced: retention deletes segments, the cleaner compacts keys", "log_cleanup_policy"),
         TopicConfig("compression.type", "producer",
-                    _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+                    _one_of(*CODECS, "producer"),
                     "Codec of stored batches; producer keeps the producer's.", _STRING,
                     "enforced: batches in another codec are recompressed on produce"),
         TopicConfig("compression.gzip.level", "-1", _int(-1, 9), "gzip level when compression.type=gzip.", _INT,

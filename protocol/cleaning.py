@@ -154,14 +154,9 @@ class KeyMap:
     def __init__(self, budget_bytes: int, *, native: bool = True) -> None:
         self._table = _NativeTable(budget_bytes) if native and _NativeTable is not None else DictTable(budget_bytes)
         self.capacity: int = self._table.capacity()
-        self.records_seen = 0
 
     def __len__(self) -> int:
         return len(self._table)
-
-    @property
-    def full(self) -> bool:
-        return len(self._table) >= self.capacity
 
     def add_batch(self, data: bytes | memoryview, header: BatchHeader) -> bool:
         """Map the batch's keyed records; ``False`` (the batch not wholly mapped) once full.
@@ -174,7 +169,6 @@ class KeyMap:
                 continue
             if not put(key_digest(record.key), record.offset):
                 return False
-            self.records_seen += 1
         return True
 
     def superseded(self, key: bytes, offset: int) -> bool:

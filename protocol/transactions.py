@@ -67,12 +67,17 @@ class Transaction:
                              f"epoch {producer_epoch} of {self.transactional_id!r} was fenced by epoch "
                              f"{self.producer_epoch}")
 
+    @property
+    def epoch_exhausted(self) -> bool:
+        """The next epoch would be the last: InitProducerId takes a new producer id."""
+        return self.producer_epoch >= MAX_EPOCH - 1
+
     def reinitialized(self, timeout_ms: int, now_ms: int, new_producer_id: int | None = None) -> Transaction:
         """InitProducerId for an id with no transaction in flight: the next epoch fences every
         older producer of this id (at the last epoch, ``new_producer_id`` starts over at 0)."""
         if self.state == TxnState.ONGOING or self.state.preparing:
             raise KafkaError(ErrorCode.concurrent_transactions, "a transaction of this id is still being finished")
-        if self.producer_epoch >= MAX_EPOCH - 1:
+        if self.epoch_exhausted:
             if new_producer_id is None:
                 raise ValueError("the epoch is exhausted: a new producer id is needed")
             return replace(self, producer_id=new_producer_id, producer_epoch=0, timeout_ms=timeout_ms,

@@ -5,12 +5,11 @@ from __future__ import annotations
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
+from kafscale.protocol.transactions import MAX_EPOCH
 
 from ..context import RequestContext
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
-
-_MAX_EPOCH = 2**15 - 1
 
 
 def _error(request: Request, code: ErrorCode):
@@ -28,7 +27,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Request):
         return _error(request, ErrorCode.cluster_authorization_failed)
     producer_id = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
-    if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
+    if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         # KIP-360: an existing producer re-initialising keeps its id with a bumped epoch.
         return respond(request, dict(error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=epoch + 1))
     new_id = await ctx.logs.metadata.allocate_producer_id()

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.transactions import MAX_EPOCH, Transaction, TxnState
+from kafscale.protocol.transactions import Transaction, TxnState
 
 from .store import ABSENT, StoredTransaction, TransactionChanged, TransactionStore
 
@@ -78,7 +78,7 @@ class TransactionCoordinator:
                 return None  # still being finished: finished below, then the client retries
             if current.state == TxnState.ONGOING:
                 return current.aborted_for_fencing(now)
-            if current.producer_epoch >= MAX_EPOCH - 1:
+            if current.epoch_exhausted:
                 return current.reinitialized(timeout_ms, now, await self._new_producer_id())
             return current.reinitialized(timeout_ms, now)
 
