@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,12 +25,13 @@ import trio
 
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
-from kafscale.protocol.layout import index_key, partition_prefix
+from kafscale.protocol.layout import index_key, partition_prefix, transaction_state_key
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, StoredSegment, pieces_from
-from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
+from kafscale.protocol.records import BatchHeader, restamp, salvage_batches, split_batches
 from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
-from kafscale.storage_backends import ObjectNotFound, StorageError
+from kafscale.protocol.transactions import PartitionTransactions, marker_batch
+from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound, StorageError
 
 from . import stored_log
 from .cache import ByteLRU
@@ -155,6 +158,15 @@ class PartitionLog:
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
+        self.transactions = PartitionTransactions()
+        # Producers whose transaction is being verified for a first batch here (KIP-890): a
+        # marker written meanwhile takes the guard away, so the batch cannot follow it.
+        self.verifying: dict[int, object] = {}
+        self._markers = trio.Lock()
+        self._txn_changes = self._txn_persisted = 0
+        self._txn_persisting = trio.Lock()
+        self._txn_version: str | None = None  # of the stored state this owner last read or wrote
+        self._owner_token = uuid.uuid4().hex  # makes this owner's stored states its own
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -166,6 +178,16 @@ class PartitionLog:
     def reconfigure(self, settings: LogSettings) -> None:
         """New topic settings (e.g. segment.bytes) apply from the next compaction."""
         self.settings = settings
+
+    @property
+    def last_stable_offset(self) -> int:
+        """read_committed consumers read below here: the oldest open transaction's first offset."""
+        return self.transactions.last_stable_offset(self.high_watermark)
+
+    def restore_transactions(self, transactions: PartitionTransactions, stored_version: str | None) -> None:
+        self.transactions = transactions
+        self._txn_version = stored_version
+        self._txn_changes = self._txn_persisted = 0
 
     def apply_view(self, view: PartitionView, producers: ProducerStates[FlushTicket]) -> None:
         self.pieces = list(view.pieces)
@@ -201,6 +223,8 @@ class PartitionLog:
             self._pending = Pending([], 0, FlushTicket())
         for header in stamped:
             self.producers.record(header, self._pending.ticket)
+            if header.is_transactional and not header.is_control and self.transactions.appended(header):
+                self._txn_changes += 1  # stored before the batch is acknowledged (persist_transactions)
         self._pending.record_sets.append((record_set, stamped))
         self._pending.size += len(record_set)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -234,6 +258,7 @@ class PartitionLog:
         self._in_writer -= 1
         pending.ticket.finish(error)
         self.producers.discard_from(self.high_watermark)
+        self.transactions.discard_from(self.high_watermark)
         if self._pending is not None:
             self._pending.ticket.finish(error)
             self._pending = None
@@ -250,6 +275,58 @@ class PartitionLog:
         if self._pending is not None:
             self.writer.mark(self, 0)
         await self._idle.wait()
+
+    # -- transactions ----------------------------------------------------------------------
+
+    async def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int = 0) -> bool:
+        """Append the COMMIT or ABORT marker of ``producer_id``'s open transaction, durably,
+        and store the partition's transaction state; ``False`` when it has none open here
+        (its marker is already written, or it never wrote a batch here): a marker is
+        written once per transaction, whoever asks and however often."""
+        async with self._markers:
+            self.verifying.pop(producer_id, None)
+            if producer_id not in self.transactions.open:
+                return False
+            batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                           int(time.time() * 1000)))
+            offset, ticket = self.append(batch, split_batches(batch))
+            await ticket.wait()
+            self.transactions.marker_appended(producer_id, offset, commit)
+            self._txn_changes += 1
+        await self.persist_transactions()
+        return True
+
+    async def persist_transactions(self) -> None:
+        """Store the partition's transaction state if it changed (a transaction began here,
+        or a marker was written): a conditional write on the version this owner read, so a
+        former owner's late write can never replace a newer owner's."""
+        if self._txn_persisted >= self._txn_changes:
+            return
+        async with self._txn_persisting:
+            wanted = self._txn_changes
+            if self._txn_persisted >= wanted:
+                return
+            if not self.writable():
+                raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.topic}-{self.partition} moved")
+            key = transaction_state_key(self.settings.namespace, self.topic, self.partition)
+            data = self.transactions.encode(self.log_start_offset, self.high_watermark, self._owner_token)
+            try:
+                if self._txn_version is None:
+                    await self.store.put_if_absent(key, data)
+                else:
+                    await self.store.put_if_unchanged(key, data, self._txn_version)
+                stored, version = await self.store.get_versioned(key)
+            except (ObjectExists, ObjectChanged, ObjectNotFound):
+                stored, version = b"", None
+            except StorageError as exc:
+                raise KafkaError(ErrorCode.kafka_storage_error, f"storing {key}: {exc}") from exc
+            if stored != data:
+                self.fence()
+                raise KafkaError(ErrorCode.not_leader_or_follower,
+                                 f"another gateway wrote {key}: {self.topic}-{self.partition} moved")
+            self._txn_version = version
+            self._txn_persisted = wanted
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -399,18 +476,21 @@ class PartitionLog:
             event.set()
         self._waiters.clear()
 
-    async def read(self, offset: int, max_bytes: int, *, allow_oversize: bool = True) -> bytes:
-        """Stored batches from the one holding ``offset``, up to ``max_bytes``.
+    async def read(self, offset: int, max_bytes: int, *, allow_oversize: bool = True,
+                   end: int | None = None) -> bytes:
+        """Stored batches from the one holding ``offset``, up to ``max_bytes``, and below
+        ``end`` (the high watermark; read_committed passes the last stable offset).
 
         With ``allow_oversize`` the first batch is returned even if larger (as Kafka
         does, so a large batch never stalls a consumer)."""
         if offset < self.log_start_offset or offset > self.high_watermark:
             raise KafkaError(ErrorCode.offset_out_of_range)
+        end = self.high_watermark if end is None else min(end, self.high_watermark)
         parts: list[memoryview] = []
         total = 0
         slot = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         pieces = self.pieces
-        while slot < len(pieces) and offset < self.high_watermark:
+        while slot < len(pieces) and offset < end:
             piece = pieces[slot]
             slot += 1
             if piece.last_offset < offset:
@@ -425,7 +505,7 @@ class PartitionLog:
                     if not stored.gaps:
                         break  # a damaged batch of this piece
                     offset = batch.base_offset  # cleaned away: the next batch answers
-                if total + batch.size > max_bytes and (parts or not allow_oversize):
+                if batch.base_offset >= end or total + batch.size > max_bytes and (parts or not allow_oversize):
                     return b"".join(parts)
                 parts.append(stored.batch_bytes(batch))
                 total += batch.size
@@ -434,7 +514,7 @@ class PartitionLog:
                 if not stored.gaps:
                     break
                 offset = piece.last_offset + 1
-        if not parts and offset < self.high_watermark:
+        if not parts and offset < end:
             # Never skip acknowledged offsets silently (Kafka's answer to a corrupt record):
             # the consumer sees the error at this offset and may seek past it.
             raise KafkaError(ErrorCode.corrupt_message,

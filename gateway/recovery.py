@@ -2,7 +2,8 @@
 
 The one reader of the stored log (:mod:`kafscale.protocol.stored_log`, as Spark reads
 it), plus what only the owner does: torn segments are repaired (their intact
-batches kept), and idempotent-producer state is rebuilt from the newest batches.
+batches kept), and idempotent-producer state and open transactions are rebuilt from
+the stored transaction state and the newest batches.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import logging
 
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import KafkaError
+from kafscale.protocol.layout import transaction_state_key
 from kafscale.protocol.log_view import StoredSegment
+from kafscale.protocol.transactions import PartitionTransactions
+from kafscale.storage_backends import ObjectNotFound
 
 from . import stored_log
 from .log_objects import LogObjects
@@ -38,13 +42,31 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
         # offsets answer CORRUPT_MESSAGE.
         damage.record(partition_log.prefix, f"offsets {list(view.holes)} are in no readable piece")
     partition_log.apply_view(view, ProducerStates())
-    partition_log.restore_producers(await _producer_states(partition_log))
+    transactions, version = await _stored_transactions(partition_log)
+    partition_log.restore_producers(await _replay_newest(partition_log, transactions))
+    partition_log.restore_transactions(transactions, version)
 
 
-async def _producer_states(partition_log: PartitionLog) -> ProducerStates:
+async def _stored_transactions(partition_log: PartitionLog) -> tuple[PartitionTransactions, str | None]:
+    """The partition's stored transaction state and its version (none stored: empty)."""
+    key = transaction_state_key(partition_log.settings.namespace, partition_log.topic, partition_log.partition)
+    try:
+        raw, version = await partition_log.store.get_versioned(key)
+    except ObjectNotFound:
+        return PartitionTransactions(), None
+    try:
+        return PartitionTransactions.decode(raw), version
+    except ValueError as exc:
+        # Rebuilt from the newest batches alone; the owner's next write replaces it.
+        partition_log.damage.record(key, f"unreadable transaction state ({exc})")
+        return PartitionTransactions(), version
+
+
+async def _replay_newest(partition_log: PartitionLog, transactions: PartitionTransactions) -> ProducerStates:
     """Idempotent producers' recent sequences, from the batches of the newest pieces: a
     batch retried after a restart or an ownership move is then recognised as a duplicate
-    and answered with its stored offset instead of being written again."""
+    and answered with its stored offset instead of being written again. Batches past the
+    stored transaction state's end update it (transactions begun or ended since)."""
     newest = []
     scanned = 0
     for piece in reversed(partition_log.pieces):
@@ -66,4 +88,10 @@ async def _producer_states(partition_log: PartitionLog) -> ProducerStates:
             if header.last_offset >= recorded_until:
                 states.record(header, stored)
                 recorded_until = header.last_offset + 1
+                if header.base_offset >= transactions.end and header.is_transactional:
+                    try:
+                        transactions.appended(header, loaded.batch_bytes(header))
+                    except ValueError as exc:  # a control batch that is no marker: nothing it ends
+                        partition_log.damage.record(piece.key, f"offset {header.base_offset}: {exc}")
+    transactions.end = max(transactions.end, partition_log.high_watermark)
     return states

@@ -78,6 +78,12 @@ def cleaner_checkpoint_key(namespace: str, topic: str, partition: int) -> str:
     return f"{namespace}/{topic}/{partition}/cleaner-checkpoint.json"
 
 
+def transaction_state_key(namespace: str, topic: str, partition: int) -> str:
+    """A partition's transactions (open ones, aborted spans): written by its owner, read at
+    load and by Spark (not a segment: listings of segments skip it)."""
+    return f"{namespace}/{topic}/{partition}/transactions.json"
+
+
 def parse_segment_key(key: str) -> int | None:
     """Base offset of a segment key, or ``None`` for any other object."""
     match = _SEGMENT.search(key)

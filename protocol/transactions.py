@@ -20,13 +20,12 @@ from dataclasses import dataclass, field, replace
 from .errors import ErrorCode, KafkaError
 from .records import BatchHeader, Record, build_batch, iter_records
 
-__all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn", "encode_aborted",
-           "decode_aborted", "last_stable_offset", "MAX_EPOCH", "PartitionTransactions"]
+__all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn",
+           "last_stable_offset", "MAX_EPOCH", "PartitionTransactions", "PendingOffset"]
 
 MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16; at the last one the coordinator takes a new id
 _MARKER_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
 _MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
-_ABORTED = struct.Struct(">hqqqq")  # version 0, producer id, first offset, last offset, last stable offset
 
 
 class TxnState(enum.Enum):
@@ -43,6 +42,18 @@ class TxnState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class PendingOffset:
+    """An offset committed within a transaction (TxnOffsetCommit), not yet visible."""
+
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Transaction:
     """One transactional id's state as stored (the metadata store's value)."""
 
@@ -55,6 +66,12 @@ class Transaction:
     group_ids: frozenset[str] = field(default_factory=frozenset)  # AddOffsetsToTxn
     started_ms: int = -1  # when it became ONGOING
     updated_ms: int = -1
+    # TxnOffsetCommit: offsets that become the groups' committed offsets at commit.
+    offsets: tuple[PendingOffset, ...] = ()
+    # Once prepared: the partitions whose owners wrote their marker, the groups whose
+    # coordinators applied (or dropped) the pending offsets.
+    partitions_done: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    groups_done: frozenset[str] = field(default_factory=frozenset)
 
     # -- requests --------------------------------------------------------------------
 
@@ -102,8 +119,8 @@ class Transaction:
         added = frozenset(partitions)
         if self.state == TxnState.ONGOING:
             return replace(self, partitions=self.partitions | added, updated_ms=now_ms)
-        return replace(self, state=TxnState.ONGOING, partitions=added, group_ids=frozenset(), started_ms=now_ms,
-                       updated_ms=now_ms)
+        return replace(self, state=TxnState.ONGOING, partitions=added, group_ids=frozenset(), offsets=(),
+                       started_ms=now_ms, updated_ms=now_ms)
 
     def with_group(self, producer_id: int, producer_epoch: int, group_id: str, now_ms: int) -> Transaction:
         """AddOffsetsToTxn: the group's offsets commit or abort with the transaction."""
@@ -112,6 +129,19 @@ class Transaction:
             moved = self.with_partitions(producer_id, producer_epoch, (), now_ms)
             return replace(moved, group_ids=frozenset({group_id}))
         return replace(self, group_ids=self.group_ids | {group_id}, updated_ms=now_ms)
+
+    def with_offsets(self, producer_id: int, producer_epoch: int, offsets: Iterable[PendingOffset],
+                     now_ms: int) -> Transaction:
+        """TxnOffsetCommit: offsets of a group added to the transaction by AddOffsetsToTxn; a
+        later offset of a partition replaces an earlier one."""
+        self._check_producer(producer_id, producer_epoch)
+        added = list(offsets)
+        if self.state != TxnState.ONGOING or any(o.group_id not in self.group_ids for o in added):
+            raise KafkaError(ErrorCode.invalid_txn_state, "the group was not added to an ongoing transaction "
+                             "(AddOffsetsToTxn first)")
+        replaced = {(o.group_id, o.topic, o.partition) for o in added}
+        kept = tuple(o for o in self.offsets if (o.group_id, o.topic, o.partition) not in replaced)
+        return replace(self, offsets=kept + tuple(added), updated_ms=now_ms)
 
     def ending(self, producer_id: int, producer_epoch: int, commit: bool, now_ms: int) -> Transaction | None:
         """EndTxn: the PREPARE_* state to store (the commit point), or ``None`` when the
@@ -128,12 +158,29 @@ class Transaction:
         raise KafkaError(ErrorCode.invalid_txn_state,
                          f"cannot {'commit' if commit else 'abort'} in state {self.state.value}")
 
+    @property
+    def committing(self) -> bool:
+        return self.state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+
+    def with_done(self, partitions: Iterable[tuple[str, int]], groups: Iterable[str], now_ms: int) -> Transaction:
+        """Some partitions have their marker, some groups their offsets; COMPLETE_* once all do."""
+        if not self.state.preparing:
+            raise KafkaError(ErrorCode.invalid_txn_state, f"nothing to complete in state {self.state.value}")
+        done = replace(self, partitions_done=self.partitions_done | (frozenset(partitions) & self.partitions),
+                       groups_done=self.groups_done | (frozenset(groups) & self.group_ids), updated_ms=now_ms)
+        return done.completed(now_ms) if done.all_done else done
+
+    @property
+    def all_done(self) -> bool:
+        return self.partitions <= self.partitions_done and self.group_ids <= self.groups_done
+
     def completed(self, now_ms: int) -> Transaction:
         """Every partition has its marker (and the groups their offsets): COMPLETE_*."""
         if not self.state.preparing:
             raise KafkaError(ErrorCode.invalid_txn_state, f"nothing to complete in state {self.state.value}")
         state = TxnState.COMPLETE_COMMIT if self.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-        return replace(self, state=state, partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms)
+        return replace(self, state=state, partitions=frozenset(), group_ids=frozenset(), offsets=(),
+                       partitions_done=frozenset(), groups_done=frozenset(), updated_ms=now_ms)
 
     def expired(self, now_ms: int) -> bool:
         """An ONGOING transaction past its timeout, which the coordinator aborts."""
@@ -145,7 +192,11 @@ class Transaction:
         return json.dumps({"pid": self.producer_id, "epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
                            "state": self.state.value, "partitions": sorted([t, p] for t, p in self.partitions),
                            "groups": sorted(self.group_ids), "started_ms": self.started_ms,
-                           "updated_ms": self.updated_ms}).encode()
+                           "updated_ms": self.updated_ms,
+                           "offsets": [[o.group_id, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata]
+                                       for o in self.offsets],
+                           "partitions_done": sorted([t, p] for t, p in self.partitions_done),
+                           "groups_done": sorted(self.groups_done)}).encode()
 
     @classmethod
     def from_json(cls, transactional_id: str, raw: bytes) -> Transaction:
@@ -154,8 +205,12 @@ class Transaction:
             data = json.loads(raw)
             return cls(transactional_id, int(data["pid"]), int(data["epoch"]), int(data["timeout_ms"]),
                        TxnState(data["state"]), frozenset((str(t), int(p)) for t, p in data["partitions"]),
-                       frozenset(str(g) for g in data["groups"]), int(data["started_ms"]), int(data["updated_ms"]))
-        except (KeyError, TypeError) as exc:
+                       frozenset(str(g) for g in data["groups"]), int(data["started_ms"]), int(data["updated_ms"]),
+                       tuple(PendingOffset(str(g), str(t), int(p), int(o), int(e), None if m is None else str(m))
+                             for g, t, p, o, e, m in data.get("offsets", ())),
+                       frozenset((str(t), int(p)) for t, p in data.get("partitions_done", ())),
+                       frozenset(str(g) for g in data.get("groups_done", ())))
+        except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a stored transaction: {exc!r}") from exc
 
 
@@ -201,24 +256,6 @@ class AbortedTxn:
     last_stable_offset: int
 
 
-def encode_aborted(entries: Iterable[AbortedTxn]) -> bytes:
-    return b"".join(_ABORTED.pack(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset)
-                    for e in sorted(entries))
-
-
-def decode_aborted(data: bytes) -> list[AbortedTxn]:
-    """``ValueError`` if ``data`` is not a whole number of version-0 entries."""
-    if len(data) % _ABORTED.size:
-        raise ValueError(f"an aborted-transaction index of {len(data)} bytes is torn")
-    entries = []
-    for at in range(0, len(data), _ABORTED.size):
-        version, producer_id, first, last, stable = _ABORTED.unpack_from(data, at)
-        if version != 0 or first > last:
-            raise ValueError(f"bad aborted-transaction entry at byte {at}")
-        entries.append(AbortedTxn(first, last, producer_id, stable))
-    return entries
-
-
 def last_stable_offset(high_watermark: int, open_first_offsets: Iterable[int]) -> int:
     """The first offset of the oldest transaction still open, or the high watermark:
     read_committed consumers read up to here."""
@@ -226,28 +263,48 @@ def last_stable_offset(high_watermark: int, open_first_offsets: Iterable[int]) -
 
 
 class PartitionTransactions:
-    """One partition's open transactions, as its log is appended to or read at recovery:
-    where each producer's open transaction began, the aborted ones closed so far, and
-    the last stable offset (Kafka's ProducerStateManager and transaction index)."""
+    """One partition's transactions as its log is appended to (Kafka's producer state and
+    transaction index): where each producer's open transaction began, the aborted ones
+    closed so far, and the last stable offset.
 
-    def __init__(self) -> None:
-        self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
-        self.aborted: list[AbortedTxn] = []
+    Its stored form (:meth:`encode`, beside the partition's segments) is written by the
+    partition's owner after each marker and after a transaction's first batch in the
+    partition is durable, so a gateway loading the partition (or Spark reading it) needs
+    only that object and the batches from its ``end`` on.
+    """
 
-    def appended(self, header: BatchHeader, data: bytes | memoryview | None = None) -> None:
-        """A stored batch at its final offsets (``data`` holds it, for a marker's type)."""
+    def __init__(self, open_: dict[int, int] | None = None, aborted: list[AbortedTxn] | None = None,
+                 end: int = 0) -> None:
+        self.open: dict[int, int] = dict(open_ or {})  # producer id -> first offset of its open transaction
+        self.aborted: list[AbortedTxn] = list(aborted or [])
+        self.end = end  # the offsets below are reflected here (for a stored state: read on from here)
+
+    def appended(self, header: BatchHeader, data: bytes | memoryview | None = None) -> bool:
+        """A stored batch at its final offsets (``data`` holds it, for a marker's type);
+        returns whether it began a transaction in this partition."""
+        self.end = max(self.end, header.last_offset + 1)
         if not header.is_transactional:
-            return
+            return False
         if header.is_control:
             if data is None:
                 raise ValueError("a marker's batch is needed to know whether it commits")
-            marker = read_marker(data, header)
-            first = self.open.pop(header.producer_id, None)
-            if first is not None and not marker.commit:
-                self.aborted.append(AbortedTxn(first, header.last_offset, header.producer_id,
-                                               self.last_stable_offset(header.last_offset + 1)))
-            return
-        self.open.setdefault(header.producer_id, header.base_offset)
+            self.marker_appended(header.producer_id, header.last_offset, read_marker(data, header).commit)
+            return False
+        if header.producer_id in self.open:
+            return False
+        self.open[header.producer_id] = header.base_offset
+        return True
+
+    def marker_appended(self, producer_id: int, offset: int, commit: bool) -> None:
+        self.end = max(self.end, offset + 1)
+        first = self.open.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted.append(AbortedTxn(first, offset, producer_id, self.last_stable_offset(offset + 1)))
+
+    def discard_from(self, offset: int) -> None:
+        """Appends from ``offset`` on were never stored: transactions they opened are not open."""
+        self.open = {pid: first for pid, first in self.open.items() if first < offset}
+        self.end = min(self.end, offset)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         return last_stable_offset(high_watermark, self.open.values())
@@ -257,3 +314,25 @@ class PartitionTransactions:
         of (Kafka's ``aborted_transactions``): those that end at or after ``start`` and began
         before ``end``."""
         return [entry for entry in self.aborted if entry.last_offset >= start and entry.first_offset < end]
+
+    def encode(self, log_start: int, high_watermark: int, owner: str = "") -> bytes:
+        """The stored form of what is durable (below ``high_watermark``: a transaction opened
+        by a batch still being written is not stored as open); aborted transactions wholly
+        below ``log_start`` are gone with their data. ``owner`` makes the writer's form its own."""
+        return json.dumps({"version": 1, "owner": owner, "end": min(self.end, high_watermark),
+                           "open": {str(p): f for p, f in sorted(self.open.items()) if f < high_watermark},
+                           "aborted": [[e.first_offset, e.last_offset, e.producer_id, e.last_stable_offset]
+                                       for e in sorted(self.aborted) if e.last_offset >= log_start]}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PartitionTransactions:
+        """``ValueError`` if ``raw`` is not a stored partition transaction state."""
+        try:
+            data = json.loads(raw)
+            if data.get("version") != 1:
+                raise ValueError(f"unknown version {data.get('version')!r}")
+            return cls({int(p): int(f) for p, f in data["open"].items()},
+                       [AbortedTxn(int(f), int(last), int(p), int(s)) for f, last, p, s in data["aborted"]],
+                       int(data["end"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a stored partition transaction state: {exc!r}") from exc

@@ -6,9 +6,11 @@ compare-and-swap on the version read; a lost swap (another coordinator wrote fir
 reads again and decides anew, so the stored state only ever moves along Kafka's
 state machine. EndTxn answers once PREPARE_COMMIT or PREPARE_ABORT is stored (the
 commit point, as in Kafka); the markers are then written to every partition of the
-transaction by a :class:`MarkerWriter` and COMPLETE_* stored, in the background, and
-by :meth:`TransactionCoordinator.resume` for transactions a dead coordinator left
-prepared. Not yet served: the Kafka handlers and the marker writer come next.
+transaction by the owners of its partitions (:class:`MarkerWriter`: each gateway
+finishes what it owns, and records it in the transaction's state), the groups'
+coordinators apply its offsets, and COMPLETE_* is stored with the last of them.
+:meth:`TransactionCoordinator.sweep`, run by every gateway, finishes what a dead or
+remote coordinator left prepared and aborts transactions past their timeout.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.transactions import Transaction, TxnState
+from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
 
 from .store import ABSENT, StoredTransaction, TransactionChanged, TransactionStore
 
@@ -31,9 +33,14 @@ _ATTEMPTS = 5
 
 
 class MarkerWriter(Protocol):
-    async def write_markers(self, transaction: Transaction) -> None:
-        """Append the COMMIT or ABORT marker of the prepared ``transaction`` to each of its
-        partitions, exactly once per partition, durably; raise if any could not be."""
+    async def finish(self, transaction: Transaction) -> tuple[set[tuple[str, int]], set[str]]:
+        """For the prepared ``transaction``: append its COMMIT or ABORT marker, durably and once,
+        to each of its partitions this gateway owns, and apply (commit) or drop (abort) its
+        offsets of each group this gateway coordinates; the partitions and groups done."""
+        ...
+
+    def coordinates(self, transactional_id: str) -> bool:
+        """Whether this gateway coordinates ``transactional_id`` (it aborts it on timeout)."""
         ...
 
 
@@ -128,49 +135,77 @@ class TransactionCoordinator:
             transactional_id, lambda current: current.ending(producer_id, producer_epoch, commit, now))
 
     async def complete(self, transactional_id: str) -> Transaction | None:
-        """Write the markers of a prepared transaction, then store COMPLETE_*. Safe to repeat
-        and to run on any gateway: the marker writer writes each partition's marker once."""
+        """Finish what this gateway can of a prepared transaction (its partitions' markers, its
+        groups' offsets) and record it; the last gateway to do so stores COMPLETE_*. Safe to
+        repeat and to run on any gateway: a marker is written once per partition."""
         stored = await self._store.get(transactional_id)
         if stored is None or not stored.transaction.state.preparing:
             return stored.transaction if stored else None
-        await self._markers.write_markers(stored.transaction)
+        transaction = stored.transaction
+        partitions, groups = await self._markers.finish(transaction)
+        if not (partitions - transaction.partitions_done or groups - transaction.groups_done):
+            return transaction
         now = self._clock_ms()
 
         async def step(current: StoredTransaction | None) -> Transaction | None:
-            if current is None or not current.transaction.state.preparing:
-                return None  # completed by another coordinator meanwhile
-            return current.transaction.completed(now)
+            if current is None or not current.transaction.state.preparing \
+                    or current.transaction.producer_epoch != transaction.producer_epoch:
+                return None  # completed by another gateway meanwhile
+            return current.transaction.with_done(partitions, groups, now)
 
         return await self._change(transactional_id, step)
 
-    async def abort_expired(self) -> list[str]:
-        """Abort every ONGOING transaction past its timeout (also one that never wrote a
-        batch), under a new epoch that fences its producer; returns their ids."""
+    async def sweep(self) -> None:
+        """Every gateway, now and then: finish its part of every prepared transaction (one a
+        dead or remote coordinator left), and abort the transactions it coordinates that are
+        past their timeout."""
         now = self._clock_ms()
-        aborted = []
         for stored in await self._store.list():
             transaction = stored.transaction
-            if not transaction.expired(now):
-                continue
+            try:
+                if transaction.state.preparing:
+                    await self.complete(transaction.transactional_id)
+                elif transaction.expired(now) and self._markers.coordinates(transaction.transactional_id):
+                    await self._abort_expired(transaction.transactional_id, now)
+            except KafkaError as exc:  # e.g. a partition moving; the next sweep tries again
+                log.info("transaction %r not finished yet: %s", transaction.transactional_id, exc)
 
-            async def step(current: StoredTransaction | None) -> Transaction | None:
-                if current is None or not current.transaction.expired(now):
-                    return None
-                return current.transaction.aborted_for_fencing(now)
+    async def _abort_expired(self, transactional_id: str, now: int) -> None:
+        """Abort an ONGOING transaction past its timeout (also one that never wrote a batch),
+        under a new epoch that fences its producer."""
 
-            changed = await self._change(transaction.transactional_id, step)
-            if changed is not None and changed.state == TxnState.PREPARE_ABORT:
-                log.info("transaction of %r timed out after %d ms: aborted", transaction.transactional_id,
-                         transaction.timeout_ms)
-                await self.complete(transaction.transactional_id)
-                aborted.append(transaction.transactional_id)
-        return aborted
+        async def step(current: StoredTransaction | None) -> Transaction | None:
+            if current is None or not current.transaction.expired(now):
+                return None
+            return current.transaction.aborted_for_fencing(now)
 
-    async def resume(self) -> list[str]:
-        """Complete every transaction left prepared (by this or a dead coordinator)."""
-        resumed = []
-        for stored in await self._store.list():
-            if stored.transaction.state.preparing:
-                await self.complete(stored.transaction.transactional_id)
-                resumed.append(stored.transaction.transactional_id)
-        return resumed
+        changed = await self._change(transactional_id, step)
+        if changed is not None and changed.state == TxnState.PREPARE_ABORT:
+            log.info("transaction of %r timed out after %d ms: aborted", transactional_id, changed.timeout_ms)
+            await self.complete(transactional_id)
+
+    async def state(self, transactional_id: str) -> Transaction | None:
+        stored = await self._store.get(transactional_id)
+        return stored.transaction if stored else None
+
+    async def all(self) -> list[Transaction]:
+        return [stored.transaction for stored in await self._store.list()]
+
+    async def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             offsets: list[PendingOffset]) -> Transaction:
+        """TxnOffsetCommit: the offsets wait in the transaction's state until it commits."""
+        now = self._clock_ms()
+        return await self._change_existing(
+            transactional_id, lambda current: current.with_offsets(producer_id, producer_epoch, offsets, now))
+
+    async def abort(self, transactional_id: str) -> Transaction | None:
+        """An operator's abort of an ongoing transaction (as on timeout)."""
+        now = self._clock_ms()
+
+        async def step(current: StoredTransaction | None) -> Transaction | None:
+            if current is None or current.transaction.state != TxnState.ONGOING:
+                return None
+            return current.transaction.aborted_for_fencing(now)
+
+        await self._change(transactional_id, step)
+        return await self.complete(transactional_id)

@@ -1,5 +1,5 @@
-"""The transaction coordinator over the embedded store, with a marker writer that records
-what it was asked (the Kafka handlers and the real marker writer come with issue 23)."""
+"""The transaction coordinator over the embedded store, with marker writers that record
+what they were asked and own some partitions (as gateways of a cluster do)."""
 
 import pytest
 
@@ -12,15 +12,23 @@ from kafscale.storage_backends import MemoryBackend
 
 
 class RecordedMarkers:
-    def __init__(self) -> None:
+    """A gateway's marker writer: it owns the partitions ``owns`` accepts, and every group."""
+
+    def __init__(self, owns=lambda partition: True) -> None:
         self.written: list[tuple[str, bool, frozenset]] = []
         self.fail = False
+        self.owns = owns
 
-    async def write_markers(self, transaction) -> None:
+    async def finish(self, transaction):
         if self.fail:
             raise KafkaError(ErrorCode.not_leader_or_follower, "a partition moved")
-        self.written.append((transaction.transactional_id, transaction.state == TxnState.PREPARE_COMMIT,
-                             transaction.partitions))
+        mine = frozenset(p for p in transaction.partitions - transaction.partitions_done if self.owns(p))
+        if mine:
+            self.written.append((transaction.transactional_id, transaction.state == TxnState.PREPARE_COMMIT, mine))
+        return set(mine), set(transaction.group_ids)
+
+    def coordinates(self, transactional_id: str) -> bool:
+        return True
 
 
 @pytest.fixture
@@ -84,7 +92,7 @@ async def test_a_prepared_transaction_is_finished_by_the_next_coordinator(parts)
         raise AssertionError("finishing a transaction takes no producer id")
 
     successor = TransactionCoordinator(store, no_new_id, markers, lambda: clock[0])  # another gateway
-    assert await successor.resume() == ["tx"]
+    await successor.sweep()
     assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
     assert markers.written == [("tx", False, frozenset({("t", 0)}))]
 
@@ -94,9 +102,10 @@ async def test_a_transaction_past_its_timeout_is_aborted_even_without_a_batch(pa
     await coordinator.init_producer_id("tx", 10_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 3)])
     clock[0] += 10_000
-    assert await coordinator.abort_expired() == []
+    await coordinator.sweep()
+    assert (await store.get("tx")).transaction.state == TxnState.ONGOING
     clock[0] += 1
-    assert await coordinator.abort_expired() == ["tx"]
+    await coordinator.sweep()
     assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
     assert await _code(coordinator.end("tx", 100, 0, commit=True)) == ErrorCode.producer_fenced
 
@@ -106,3 +115,25 @@ async def test_a_timeout_above_the_maximum_is_refused(parts):
     assert await _code(coordinator.init_producer_id("tx", 900_001)) == ErrorCode.invalid_transaction_timeout
     assert await _code(coordinator.add_partitions("nobody", 1, 0, [("t", 0)])) == \
         ErrorCode.invalid_producer_id_mapping
+
+
+async def test_each_gateway_writes_the_markers_of_its_partitions_and_the_last_completes(parts):
+    coordinator, _, clock, store = parts
+    first = RecordedMarkers(owns=lambda partition: partition[1] == 0)
+    second = RecordedMarkers(owns=lambda partition: partition[1] == 1)
+
+    async def no_new_id():
+        raise AssertionError("finishing a transaction takes no producer id")
+
+    here = TransactionCoordinator(store, no_new_id, first, lambda: clock[0])
+    there = TransactionCoordinator(store, no_new_id, second, lambda: clock[0])
+    await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0), ("t", 1)])
+    await coordinator.end("tx", 100, 0, commit=True)
+    partly = await here.complete("tx")
+    assert partly.state == TxnState.PREPARE_COMMIT and partly.partitions_done == {("t", 0)}
+    await here.sweep()  # nothing more it can do, and nothing written twice
+    assert first.written == [("tx", True, frozenset({("t", 0)}))]
+    await there.sweep()
+    assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_COMMIT
+    assert second.written == [("tx", True, frozenset({("t", 1)}))]

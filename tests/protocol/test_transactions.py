@@ -14,8 +14,7 @@ from kafscale.protocol.transactions import (
     PartitionTransactions,
     Transaction,
     TxnState,
-    decode_aborted,
-    encode_aborted,
+    PendingOffset,
     last_stable_offset,
     marker_batch,
     read_marker,
@@ -99,15 +98,51 @@ def test_a_marker_reads_back_as_written(commit, coordinator_epoch, producer_id, 
     assert (marker.commit, marker.coordinator_epoch) == (commit, coordinator_epoch)
 
 
-@given(st.lists(st.builds(lambda first, span, pid: AbortedTxn(first, first + span, pid, first),
-                          st.integers(0, 2**40), st.integers(0, 1000), st.integers(0, 2**40))))
-def test_the_aborted_index_reads_back_sorted(entries):
-    assert decode_aborted(encode_aborted(entries)) == sorted(entries)
+@given(st.dictionaries(st.integers(0, 2**40), st.integers(0, 2**40), max_size=5),
+       st.lists(st.builds(lambda first, span, pid: AbortedTxn(first, first + span, pid, first),
+                          st.integers(0, 2**40), st.integers(0, 1000), st.integers(0, 2**40)), max_size=20),
+       st.integers(0, 2**41))
+def test_a_partition_state_reads_back(open_, aborted, end):
+    state = PartitionTransactions(open_, aborted, end)
+    back = PartitionTransactions.decode(state.encode(0, 2**42))
+    assert (back.open, sorted(back.aborted), back.end) == (open_, sorted(aborted), end)
 
 
-def test_a_torn_aborted_index_is_refused():
+def test_a_stored_partition_state_holds_only_what_is_durable():
+    state = PartitionTransactions({1: 10, 2: 30}, [], 35)
+    back = PartitionTransactions.decode(state.encode(0, 25))
+    assert (back.open, back.end) == ({1: 10}, 25)
+
+
+def test_a_partition_state_forgets_aborted_spans_below_the_log_start():
+    state = PartitionTransactions({}, [AbortedTxn(1, 5, 3, 1), AbortedTxn(8, 20, 4, 8)], 21)
+    assert PartitionTransactions.decode(state.encode(6, 21)).aborted == [AbortedTxn(8, 20, 4, 8)]
+
+
+@pytest.mark.parametrize("raw", [b"", b"{}", b'{"version": 2}', b'{"version": 1, "end": 1}', b"[1]"])
+def test_a_damaged_partition_state_is_refused(raw):
     with pytest.raises(ValueError):
-        decode_aborted(encode_aborted([AbortedTxn(1, 2, 3, 1)])[:-1])
+        PartitionTransactions.decode(raw)
+
+
+def test_offsets_join_a_transaction_only_for_an_added_group():
+    ongoing = _fresh().with_partitions(7, 0, [("t", 0)], 1)
+    offset = PendingOffset("g", "in", 0, 42)
+    assert _code(lambda: ongoing.with_offsets(7, 0, [offset], 2)) == ErrorCode.invalid_txn_state
+    with_group = ongoing.with_group(7, 0, "g", 2)
+    first = with_group.with_offsets(7, 0, [offset], 3)
+    again = first.with_offsets(7, 0, [PendingOffset("g", "in", 0, 50)], 4)
+    assert again.offsets == (PendingOffset("g", "in", 0, 50),)
+    assert Transaction.from_json("app-1", again.to_json()) == again
+
+
+def test_a_prepared_transaction_completes_once_every_partition_and_group_is_done():
+    prepared = _fresh().with_partitions(7, 0, [("t", 0), ("t", 1)], 1).with_group(7, 0, "g", 2).ending(7, 0, True, 3)
+    partly = prepared.with_done([("t", 0)], [], 4)
+    assert partly.state == TxnState.PREPARE_COMMIT and partly.partitions_done == {("t", 0)}
+    assert Transaction.from_json("app-1", partly.to_json()) == partly
+    done = partly.with_done([("t", 1), ("other", 9)], ["g"], 5)
+    assert done.state == TxnState.COMPLETE_COMMIT and not done.partitions and not done.partitions_done
 
 
 def test_the_last_stable_offset_stops_at_the_oldest_open_transaction():
