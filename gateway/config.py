@@ -279,12 +279,18 @@ class TopicsConfig:
 
 @dataclass(frozen=True, slots=True)
 class GroupsConfig:
-    """Consumer groups (Kafka's group.* broker settings)."""
+    """Consumer groups and transactions (Kafka's group.* and transaction.* broker settings)."""
 
     group_min_session_timeout_ms: int = _opt(6000, "shortest session timeout a member may ask for", minimum=1)
     group_max_session_timeout_ms: int = _opt(1_800_000, "longest session timeout a member may ask for", minimum=1)
     group_initial_rebalance_delay_ms: int = _opt(
         3000, "how long a new group waits for more members before its first rebalance", minimum=0)
+    transaction_max_timeout_ms: int = _opt(
+        900_000, "longest transaction.timeout.ms a transactional producer may ask for (Kafka's "
+        "transaction.max.timeout.ms)", minimum=1)
+    transaction_check_interval_ms: int = _opt(
+        1000, "how often transactions past their timeout are aborted, and (in a cluster) this gateway's "
+        "markers of transactions other gateways prepared are written", minimum=10)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from .logs import LogManager
 from .metrics import Metrics
 from .ownership import Broker, Ownership
 from .security.access import Access, ClientAccess, Session
+from .transactions.coordinator import TransactionCoordinator
 
 __all__ = ["GatewayContext", "RequestContext"]
 
@@ -23,6 +24,7 @@ class GatewayContext:
     metrics: Metrics
     groups: GroupCoordinator
     access: Access
+    transactions: TransactionCoordinator
     ready: bool = False
 
     @property
@@ -61,6 +63,10 @@ class RequestContext:
     @property
     def groups(self) -> GroupCoordinator:
         return self.gateway.groups
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        return self.gateway.transactions
 
     @property
     def ownership(self) -> Ownership:

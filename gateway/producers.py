@@ -83,6 +83,11 @@ class ProducerStates(Generic[Ticket]):
         last_sequence = (header.base_sequence + header.last_offset_delta) % _INT32
         state.recent.append(_Entry(header.base_sequence, last_sequence, header.base_offset, ticket))
 
+    def describe(self) -> list[tuple[int, int, int]]:
+        """(producer id, epoch, last sequence) of each producer known here (DescribeProducers)."""
+        return [(pid, state.epoch, state.recent[-1].last_sequence if state.recent else -1)
+                for pid, state in self._producers.items()]
+
     def discard_from(self, offset: int) -> None:
         """After a failed flush: batches at ``offset`` or later were not written. A producer
         left with none of its recent batches is unknown again (its retry is accepted as is)."""

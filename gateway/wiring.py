@@ -17,6 +17,8 @@ The server and the tests build gateways here, so what is tested is what runs.
 from __future__ import annotations
 
 import enum
+import logging
+import time
 
 import trio
 
@@ -24,7 +26,7 @@ from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
 from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError, tls_context
-from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, cluster_root
+from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, EtcdTransactions, cluster_root
 from .cluster.membership import ClusterMember, ClusterStartError
 from .cluster.rebalance import Rebalancer
 from .config import GatewayConfig
@@ -38,8 +40,13 @@ from .ownership import Endpoint, SoleGateway
 from .security.access import Access
 from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
 from .storage import AsyncStore
+from .transactions.coordinator import TransactionCoordinator
+from .transactions.markers import GatewayMarkers
+from .transactions.store import EmbeddedTransactions, TransactionStore, TransactionsUnreadable
 
 __all__ = ["Mode", "Gateway", "StartupError", "open_storage", "build"]
+
+log = logging.getLogger("kafscale.gateway")
 
 
 class StartupError(RuntimeError):
@@ -130,7 +137,7 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, store: AsyncStore, metrics: Metrics, metadata: MetadataStore,
                  security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
-                 coordination: Coordination) -> None:
+                 coordination: Coordination, transactions: TransactionCoordinator) -> None:
         self.config = config
         self.store = store
         self.metrics = metrics
@@ -140,7 +147,8 @@ class Gateway:
         self.logs = logs
         self.access = access
         self.coordination = coordination
-        self.context = GatewayContext(config, logs, metrics, groups, access)
+        self.transactions = transactions
+        self.context = GatewayContext(config, logs, metrics, groups, access, transactions)
 
     @property
     def mode(self) -> Mode:
@@ -154,6 +162,9 @@ class Gateway:
             await self.access.bootstrap()
             await self.logs.start()
             await self.coordination.join()
+            await self.transactions.load()
+        except TransactionsUnreadable as exc:
+            raise StartupError(f"{exc} (restore it from a backup, or move it aside)") from exc
         except StorageError as exc:
             raise StartupError(f"storage {self.store.describe()} is unavailable: {exc}") from exc
         except MetadataUnreadable as exc:
@@ -171,7 +182,17 @@ class Gateway:
             await nursery.start(self.logs.run)
             await nursery.start(self.groups.run)
             await self.coordination.run(nursery)
+            nursery.start_soon(self._sweep_transactions)
             task_status.started()
+
+    async def _sweep_transactions(self) -> None:
+        """Abort transactions past their timeout; finish this gateway's part of prepared ones."""
+        while True:
+            await trio.sleep(self.config.groups.transaction_check_interval_ms / 1000)
+            try:
+                await self.transactions.sweep()
+            except Exception:  # an unreachable store or etcd must not stop the gateway
+                log.exception("transaction sweep failed")
 
     async def flush(self) -> None:
         """Write every accepted append (produce handlers waiting on it get answered)."""
@@ -198,6 +219,7 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
     metadata: MetadataStore
     security: SecurityStore
     coordination: Coordination
+    transaction_store: TransactionStore
     if Mode.of(config) is Mode.CLUSTER:
         etcd = _etcd_client(config)
         root = cluster_root(config.cluster.etcd_prefix, config.network.cluster_id)
@@ -210,17 +232,23 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         logs = LogManager(config, store, metadata, member)
         rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
         coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.storage.namespace)
+        transaction_store = EtcdTransactions(etcd, root)
     else:
         metadata = EmbeddedMetadata(store, config.storage.namespace)
         security = EmbeddedSecurity(store, config.storage.namespace)
         groups = GroupCoordinator(GroupStore(store, config.storage.namespace), settings, on_rebalance=count_rebalance)
         logs = LogManager(config, store, metadata, SoleGateway(config.network.node_id, *config.network.advertised, endpoints))
         coordination = Embedded(groups)
+        transaction_store = EmbeddedTransactions(store, config.storage.namespace)
+    transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id,
+                                          GatewayMarkers(logs, groups, config.network.node_id),
+                                          lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
+                                          shared=Mode.of(config) is Mode.CLUSTER)
     try:
         access = Access(config, security, metrics)
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read sasl_plain_users_file: {exc}") from exc
-    return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination)
+    return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination, transactions)
 
 
 def _etcd_client(config: GatewayConfig) -> EtcdClient:

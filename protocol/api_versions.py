@@ -34,6 +34,11 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     ALTER_REPLICA_LOG_DIRS = 34
@@ -47,6 +52,9 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -88,6 +96,11 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_RECORDS: VersionRange(0, 2),
     ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(0, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 4),
+    ApiKey.END_TXN: VersionRange(0, 4),
+    ApiKey.WRITE_TXN_MARKERS: VersionRange(1, 1),  # v0 is the pre-flexible form, not in kio
+    ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 4),
     ApiKey.DESCRIBE_CONFIGS: VersionRange(0, 4),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.ALTER_REPLICA_LOG_DIRS: VersionRange(0, 2),
@@ -100,6 +113,9 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE: VersionRange(0, 0),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
+    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
     ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
     ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),  # v0 (no pattern types) is pre-2.0 and not in kio
     ApiKey.CREATE_ACLS: VersionRange(1, 3),

@@ -538,6 +538,11 @@ class GroupCoordinator:
         group.offsets.update(offsets)
         await self._save(group)
 
+    async def commit_transactional(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        """A committed transaction's offsets (TxnOffsetCommit), now visible."""
+        if offsets:
+            await self.commit(self._group_or_new(group_id), offsets)
+
     async def _save(self, group: Group) -> None:
         """Returns once the store holds the group's state with this change. One write at a
         time, each of the state as it is then: concurrent commits (pipelined, or by several

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     sasl,
     scram_users,
     topics,
+    transactions,
 )
 from .base import REGISTRY, Handler, advertised_versions
 

@@ -1,7 +1,5 @@
-"""FindCoordinator (10): the gateway owning the group's coordinator slot (alone: this one).
-
-Key type 1 (transactions) is refused until transactions exist.
-"""
+"""FindCoordinator (10): the gateway owning the key's coordinator slot (alone: this one),
+for consumer groups (key type 0) and transactional ids (key type 1)."""
 
 from __future__ import annotations
 
@@ -10,10 +8,11 @@ from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..security.acl import Operation
+from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 GROUP = 0
+TRANSACTION = 1
 
 
 def _keys(request: Request) -> list[str]:
@@ -25,13 +24,16 @@ def _entry(ctx: RequestContext, key: str, key_type: int) -> dict:
     if key_type == GROUP and not ctx.access.allowed_group(Operation.DESCRIBE, key):
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.group_authorization_failed,
                     error_message="DESCRIBE on the group is not allowed")
-    if key_type != GROUP:
-        return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
-                    error_message="only consumer-group coordinators are available")
+    if key_type == TRANSACTION and not ctx.access.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.transactional_id_authorization_failed,
+                    error_message="DESCRIBE on the transactional id is not allowed")
+    if key_type not in (GROUP, TRANSACTION):
+        return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.invalid_request,
+                    error_message=f"unknown coordinator key type {key_type}")
     broker = ctx.ownership.coordinator(key)
     if broker is None:
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.coordinator_not_available,
-                    error_message="the group's coordinator is moving; retry")
+                    error_message="the coordinator is moving; retry")
     host, port = ctx.address(broker)
     return dict(key=key, node_id=broker.node_id, host=host, port=port, error_code=ErrorCode.none,
                 error_message=None)

@@ -36,11 +36,16 @@ def _targets(ctx: RequestContext, request: Request):
         yield name, topic_id, topic
 
 
+READ_COMMITTED = 1
+
+
 def _partition(index: int, code: ErrorCode, high_watermark: int = -1, log_start_offset: int = -1,
-               records: bytes = b"") -> dict:
+               records: bytes = b"", last_stable_offset: int | None = None,
+               aborted: list[dict] | None = None) -> dict:
     return dict(partition_index=index, error_code=code, high_watermark=high_watermark,
-                last_stable_offset=high_watermark, log_start_offset=log_start_offset,
-                aborted_transactions=None, preferred_read_replica=-1, records=records)
+                last_stable_offset=high_watermark if last_stable_offset is None else last_stable_offset,
+                log_start_offset=log_start_offset, aborted_transactions=aborted, preferred_read_replica=-1,
+                records=records)
 
 
 def _error(request: Request, code: ErrorCode):
@@ -60,9 +65,12 @@ async def handle_fetch(ctx: RequestContext, request: Request):
     min_bytes = max(body.min_bytes, 0)
     targets = list(_targets(ctx, request))
     memory = ctx.memory
+    # read_committed: nothing at or past the last stable offset, and the aborted transactions
+    # of what is returned, whose records the client drops.
+    committed_only = getattr(body, "isolation_level", 0) == READ_COMMITTED
 
     while True:
-        responses, total, errors, logs, endpoints = await _collect(ctx, targets, max_bytes, memory)
+        responses, total, errors, logs, endpoints = await _collect(ctx, targets, max_bytes, memory, committed_only)
         if total >= min_bytes or errors or trio.current_time() >= deadline:
             break
         if memory is not None:
@@ -82,7 +90,8 @@ async def handle_fetch(ctx: RequestContext, request: Request):
                                  node_endpoints=endpoints))
 
 
-async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: RequestMemory | None):
+async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: RequestMemory | None,
+                   committed_only: bool):
     responses = []
     total = 0
     errors = False
@@ -113,6 +122,7 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             logs.append(partition_log)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
+            stable = partition_log.last_stable_offset
             records = b""
             want = min(max(part.partition_max_bytes, 0), max_bytes - total)
             # Reserve before reading, so concurrent fetches see each other's share at once;
@@ -125,7 +135,8 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
                 if memory is not None:
                     memory.charge(reserve)
                 try:
-                    records = await partition_log.read(part.fetch_offset, want, allow_oversize=total == 0)
+                    records = await partition_log.read(part.fetch_offset, want, allow_oversize=total == 0,
+                                                       end=stable if committed_only else None)
                 except KafkaError as exc:
                     partitions.append(_partition(part.partition, exc.code, high_watermark, log_start))
                     errors = True
@@ -134,6 +145,11 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
                     if memory is not None:
                         memory.refund(reserve - len(records))
             total += len(records)
-            partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records))
+            aborted = None
+            if committed_only and records:
+                aborted = [dict(producer_id=entry.producer_id, first_offset=entry.first_offset)
+                           for entry in partition_log.transactions.aborted_between(part.fetch_offset, stable)]
+            partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records, stable,
+                                         aborted))
         responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))
     return responses, total, errors, logs, list(endpoints.values())

@@ -16,6 +16,7 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # v8+ (KIP-1005): all of a log is "local" here
 LATEST_TIERED = -5  # v9+: nothing is tiered, as on a Kafka topic without remote storage
+READ_COMMITTED = 1  # v2+: latest is the last stable offset
 
 
 def _partition(index: int, code: ErrorCode, offset: int = -1, timestamp: int = -1, epoch: int = -1) -> dict:
@@ -39,16 +40,18 @@ async def handle_list_offsets(ctx: RequestContext, request: Request):
                 ctx.access.require_topic(Operation.DESCRIBE, topic.name)
                 partition_log = await ctx.logs.get(topic.name, part.partition_index)
                 check_leader_epoch(partition_log.epoch, getattr(part, "current_leader_epoch", None))
-                partitions.append(await _lookup(partition_log, part.partition_index, part.timestamp))
+                partitions.append(await _lookup(partition_log, part.partition_index, part.timestamp,
+                                                getattr(request.body, "isolation_level", 0) == READ_COMMITTED))
             except KafkaError as exc:
                 partitions.append(_partition(part.partition_index, exc.code))
         topics.append(dict(name=topic.name, partitions=partitions))
     return respond(request, dict(topics=topics))
 
 
-async def _lookup(partition_log, index: int, timestamp: int) -> dict:
+async def _lookup(partition_log, index: int, timestamp: int, committed_only: bool) -> dict:
     if timestamp == LATEST:
-        return _partition(index, ErrorCode.none, partition_log.high_watermark, -1, partition_log.epoch)
+        latest = partition_log.last_stable_offset if committed_only else partition_log.high_watermark
+        return _partition(index, ErrorCode.none, latest, -1, partition_log.epoch)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, partition_log.epoch)
     if timestamp == LATEST_TIERED:

@@ -18,11 +18,19 @@ from kafscale.protocol.record_policy import (
     records_out_of_time,
     stamp_log_append_time,
 )
-from kafscale.protocol.records import BatchHeader, has_transactional_batch, split_batches, validate_record_set
+from kafscale.protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    has_transactional_batch,
+    parse_batch_header,
+    split_batches,
+    validate_record_set,
+)
+from kafscale.protocol.transactions import TxnState
 
 from ..context import RequestContext
 from ..partition_log import PartitionLog
-from ..security.acl import Operation
+from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
 from .base import leader_hint, register, respond
 
@@ -76,6 +84,77 @@ def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHea
     return records, headers
 
 
+class VerifiedBatch:
+    """KIP-890 part 1: a transactional producer's first batch in a partition is appended only
+    if its transaction is ongoing and holds the partition, and no marker of that producer
+    was written to the partition while that was being checked (the guard)."""
+
+    def __init__(self, producer_id: int, guard: object) -> None:
+        self.producer_id = producer_id
+        self.guard = guard
+        self.refusal = KafkaError(ErrorCode.invalid_txn_state, "the transaction ended while the batch was checked")
+
+    def holds(self, target: PartitionLog, headers: list[BatchHeader]) -> bool:
+        if any(not h.is_transactional or h.producer_id != self.producer_id for h in headers):
+            self.refusal = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
+                                      "transactional batches of its producer")
+            return False
+        return self.producer_id in target.transactions.open or target.verifying.get(self.producer_id) is self.guard
+
+    def done(self, target: PartitionLog) -> None:
+        if target.verifying.get(self.producer_id) is self.guard:
+            del target.verifying[self.producer_id]
+
+
+async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
+                              logs: dict) -> dict[tuple[str, int], VerifiedBatch | KafkaError]:
+    """Each partition's check (one read of the transaction's state for the whole request)."""
+    checks: dict[tuple[str, int], VerifiedBatch | KafkaError] = {}
+    first_batches = []
+    for topic in body.topic_data:
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            target = logs[key]
+            if isinstance(target, KafkaError) or len(part.records or b"") < BATCH_HEADER_SIZE:
+                continue  # answered by the checks that follow
+            try:
+                header = parse_batch_header(part.records)
+            except CorruptBatch:
+                continue  # answered by validation
+            guard = object()
+            checks[key] = VerifiedBatch(header.producer_id, guard)
+            if header.producer_id not in target.transactions.open:
+                target.verifying[header.producer_id] = guard
+                first_batches.append((key, target, header))
+    if not first_batches:
+        return checks
+    try:
+        transaction = await ctx.transactions.state(transactional_id)
+    except Exception as exc:  # the metadata store is unreachable: nothing is appended unchecked
+        log.warning("cannot check transaction %r: %s", transactional_id, exc)
+        transaction = None
+        unavailable = KafkaError(ErrorCode.coordinator_not_available, f"transaction state unreadable: {exc}")
+    else:
+        unavailable = None
+    for key, target, header in first_batches:
+        if unavailable is not None:
+            refusal = unavailable
+        elif transaction is None or transaction.producer_id != header.producer_id:
+            refusal = KafkaError(ErrorCode.invalid_producer_id_mapping,
+                                 f"producer {header.producer_id} is not {transactional_id!r}'s")
+        elif header.producer_epoch != transaction.producer_epoch:
+            refusal = KafkaError(ErrorCode.invalid_producer_epoch,
+                                 f"epoch {header.producer_epoch} is not the transaction's {transaction.producer_epoch}")
+        elif transaction.state != TxnState.ONGOING or key not in transaction.partitions:
+            refusal = KafkaError(ErrorCode.invalid_txn_state,
+                                 f"{key[0]}-{key[1]} is not in an ongoing transaction of {transactional_id!r}")
+        else:
+            continue
+        checks[key].done(target)
+        checks[key] = refusal
+    return checks
+
+
 def _error(request: Request, code: ErrorCode):
     return respond(request, dict(responses=[
         dict(name=topic.name, partition_responses=[_partition(p.index, code) for p in topic.partition_data])
@@ -90,10 +169,14 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
     if body.acks not in (0, 1, -1):
         admitted()
         return _error(request, ErrorCode.invalid_required_acks)
-    if body.transactional_id is not None or any(
+    transactional_id = body.transactional_id
+    if transactional_id is None and any(
             has_transactional_batch(part.records or b"") for topic in body.topic_data for part in topic.partition_data):
-        # Transactions are not served yet; a transactional batch without a transactional id
-        # is refused as Kafka refuses it.
+        # A transactional batch without a transactional id is refused as Kafka refuses it.
+        admitted()
+        return _error(request, ErrorCode.transactional_id_authorization_failed)
+    if transactional_id is not None and not ctx.access.allowed(
+            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         admitted()
         return _error(request, ErrorCode.transactional_id_authorization_failed)
 
@@ -119,6 +202,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 logs[(topic.name, part.index)] = await ctx.logs.get(topic.name, part.index)
             except KafkaError as exc:
                 logs[(topic.name, part.index)] = exc
+    verified = {} if transactional_id is None else await _verify_transaction(ctx, transactional_id, body, logs)
 
     results: dict[tuple[str, int], dict] = {}
     waits = []
@@ -147,6 +231,16 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
             except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
                 results[key] = _partition(part.index, exc.code, message=str(exc))
                 continue
+            check = verified.get(key)
+            if transactional_id is not None and check is None:
+                results[key] = _partition(part.index, ErrorCode.invalid_record, message="no transactional batch")
+                continue
+            if isinstance(check, KafkaError):
+                results[key] = _partition(part.index, check.code, message=str(check))
+                continue
+            if check is not None and not check.holds(target, headers):
+                results[key] = _partition(part.index, check.refusal.code, message=str(check.refusal))
+                continue
             too_large = next((h for h in headers if h.size > limit), None)
             if too_large is not None:
                 results[key] = _partition(
@@ -157,6 +251,8 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
             try:
                 stored, headers = apply_policy(policy, bytearray(records), headers, now_ms)
                 base_offset, ticket = target.append(stored, headers)
+                if check is not None:
+                    check.done(target)
             except RecordsRefused as exc:
                 results[key] = _refused(part.index, exc.code, exc.reason, exc.indexes)
                 continue
@@ -185,6 +281,8 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                     ticket.check()
                 else:
                     await ticket.wait()
+                if transactional_id is not None:
+                    await target.persist_transactions()  # a transaction begun here is known before its ack
             except KafkaError as exc:
                 results[key] = _partition(index, exc.code, message=str(exc))
             else:

@@ -1,15 +1,18 @@
-"""InitProducerId (22): producer ids for idempotent producers (transactions come later)."""
+"""InitProducerId (22): producer ids for idempotent producers, and for transactional ones
+the id's producer under a new epoch (which fences the older ones)."""
 
 from __future__ import annotations
 
 from kafscale.protocol.api_versions import ApiKey
-from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.entities import to_millis
+from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 from kafscale.protocol.transactions import MAX_EPOCH
 
 from ..context import RequestContext
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
+from .transactions import fenced_code
 
 
 def _error(request: Request, code: ErrorCode):
@@ -20,7 +23,13 @@ def _error(request: Request, code: ErrorCode):
 async def handle_init_producer_id(ctx: RequestContext, request: Request):
     body = request.body
     if body.transactional_id is not None:
-        return _error(request, ErrorCode.transactional_id_authorization_failed)
+        try:
+            ctx.access.require_transactional_id(Operation.WRITE, body.transactional_id)
+            producer = await ctx.transactions.init_producer_id(body.transactional_id, to_millis(body.transaction_timeout))
+        except KafkaError as exc:
+            return _error(request, fenced_code(request, 3) if exc.code == ErrorCode.producer_fenced else exc.code)
+        return respond(request, dict(error_code=ErrorCode.none, producer_id=producer.producer_id,
+                                     producer_epoch=producer.producer_epoch))
     # Kafka 2.8+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
     if not (ctx.access.allowed_cluster(Operation.IDEMPOTENT_WRITE)
             or ctx.access.allowed_any(Operation.WRITE, ResourceType.TOPIC)):

@@ -252,6 +252,11 @@ class ClientAccess:
         if not self.allowed_group(operation, group):
             raise KafkaError(ErrorCode.group_authorization_failed, f"{operation.name} on group {group!r} is not allowed")
 
+    def require_transactional_id(self, operation: Operation, transactional_id: str) -> None:
+        if not self.allowed(operation, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            raise KafkaError(ErrorCode.transactional_id_authorization_failed,
+                             f"{operation.name} on transactional id {transactional_id!r} is not allowed")
+
     def allowed_cluster(self, operation: Operation, quiet: bool = False) -> bool:
         return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME, quiet)
 

@@ -46,12 +46,33 @@ class MarkerWriter(Protocol):
 
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
-                 markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS) -> None:
+                 markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
+                 shared: bool = True) -> None:
+        """``shared``: other gateways coordinate transactions in the same store, so a sweep
+        reads them all; alone, this coordinator's own writes are all there is, and a sweep
+        looks only at the transactions it left unfinished (no store reads while idle)."""
         self._store = store
         self._new_producer_id = new_producer_id
         self._markers = markers
         self._clock_ms = clock_ms
         self.max_timeout_ms = max_timeout_ms
+        self._shared = shared
+        self._unfinished: dict[str, Transaction] = {}  # alone: ongoing or prepared, as last written
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    async def load(self) -> None:
+        """At start: the transactions an earlier run left unfinished."""
+        self._unfinished = {t.transactional_id: t for t in await self.all() if t.state.preparing
+                            or t.state == TxnState.ONGOING}
+
+    def _written(self, transaction: Transaction) -> None:
+        """Keep track of what is unfinished (the state as last written or read)."""
+        if transaction.state.preparing or transaction.state == TxnState.ONGOING:
+            self._unfinished[transaction.transactional_id] = transaction
+        else:
+            self._unfinished.pop(transaction.transactional_id, None)
 
     async def _change(self, transactional_id: str,
                       step: Callable[[StoredTransaction | None], Awaitable[Transaction | None]]) -> Transaction | None:
@@ -60,11 +81,14 @@ class TransactionCoordinator:
             stored = await self._store.get(transactional_id)
             wanted = await step(stored)
             if wanted is None:
+                if stored is not None:
+                    self._written(stored.transaction)
                 return stored.transaction if stored else None
             try:
                 await self._store.put(wanted, stored.version if stored else ABSENT)
             except TransactionChanged:
                 continue
+            self._written(wanted)
             return wanted
         raise KafkaError(ErrorCode.concurrent_transactions, f"{transactional_id!r} keeps changing; retry")
 
@@ -140,6 +164,7 @@ class TransactionCoordinator:
         repeat and to run on any gateway: a marker is written once per partition."""
         stored = await self._store.get(transactional_id)
         if stored is None or not stored.transaction.state.preparing:
+            self._unfinished.pop(transactional_id, None)
             return stored.transaction if stored else None
         transaction = stored.transaction
         partitions, groups = await self._markers.finish(transaction)
@@ -160,8 +185,8 @@ class TransactionCoordinator:
         dead or remote coordinator left), and abort the transactions it coordinates that are
         past their timeout."""
         now = self._clock_ms()
-        for stored in await self._store.list():
-            transaction = stored.transaction
+        known = await self.all() if self._shared else list(self._unfinished.values())
+        for transaction in known:
             try:
                 if transaction.state.preparing:
                     await self.complete(transaction.transactional_id)

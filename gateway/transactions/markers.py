@@ -1,0 +1,66 @@
+"""What one gateway does to finish a prepared transaction: the markers of the partitions
+it owns, the pending offsets of the groups it coordinates.
+
+A partition's marker is written by its owner only (the one gateway that appends to it),
+and only if the producer's transaction is open there (:meth:`PartitionLog.write_marker`),
+so however often a transaction is finished, by whichever gateways, each partition gets
+one marker. Partitions of a deleted topic need none.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafscale.protocol.errors import KafkaError
+from kafscale.protocol.transactions import Transaction, TxnState
+
+from ..groups import GroupCoordinator
+from ..groups.store import CommittedOffset
+from ..logs import LogManager
+
+__all__ = ["GatewayMarkers"]
+
+log = logging.getLogger("kafscale.transactions")
+
+
+class GatewayMarkers:
+    def __init__(self, logs: LogManager, groups: GroupCoordinator, node_id: int) -> None:
+        self._logs = logs
+        self._groups = groups
+        self._node_id = node_id
+
+    def coordinates(self, transactional_id: str) -> bool:
+        broker = self._logs.ownership.coordinator(transactional_id)
+        return broker is not None and broker.node_id == self._node_id
+
+    async def finish(self, transaction: Transaction) -> tuple[set[tuple[str, int]], set[str]]:
+        commit = transaction.state == TxnState.PREPARE_COMMIT
+        partitions: set[tuple[str, int]] = set()
+        for topic, partition in sorted(transaction.partitions - transaction.partitions_done):
+            info = self._logs.topics().get(topic)
+            if info is None or partition >= info.partitions:
+                partitions.add((topic, partition))  # deleted with its data: nothing to mark
+                continue
+            if not self._logs.ownership.owns(topic, partition):
+                continue
+            try:
+                partition_log = await self._logs.get(topic, partition)
+                await partition_log.write_marker(transaction.producer_id, transaction.producer_epoch, commit)
+            except KafkaError as exc:  # moving, or the store failing: the next sweep tries again
+                log.info("marker of %r on %s-%d not written yet: %s", transaction.transactional_id, topic,
+                         partition, exc)
+                continue
+            partitions.add((topic, partition))
+        groups: set[str] = set()
+        for group_id in sorted(transaction.group_ids - transaction.groups_done):
+            try:
+                self._groups.check_coordinator(group_id)
+            except KafkaError:
+                continue  # its coordinator applies them
+            if commit:
+                await self._groups.commit_transactional(group_id, {
+                    (o.topic, o.partition): CommittedOffset(o.offset, o.leader_epoch, o.metadata,
+                                                            transaction.updated_ms)
+                    for o in transaction.offsets if o.group_id == group_id})
+            groups.add(group_id)
+        return partitions, groups
