@@ -59,9 +59,11 @@ async def handle_offset_commit(ctx: RequestContext, request: Request):
     return respond(request, dict(topics=results))
 
 
-def _fetch_topics(ctx: RequestContext, group_id: str, requested) -> list[dict]:
+async def _fetch_topics(ctx: RequestContext, group_id: str, requested, require_stable: bool) -> list[dict]:
     ctx.access.require_group(Operation.DESCRIBE, group_id)
     committed = ctx.groups.committed(group_id)
+    # v7+ (KIP-447): offsets a transaction will still commit are not answered yet.
+    unstable = await ctx.transactions.pending_offsets(group_id) if require_stable else set()
     may_describe = ctx.access.allowed_topic
     if requested is None:  # every committed offset of the group (of topics the principal may see)
         wanted: dict[str, list[int]] = {}
@@ -80,6 +82,10 @@ def _fetch_topics(ctx: RequestContext, group_id: str, requested) -> list[dict]:
                      error_code=ErrorCode.topic_authorization_failed) for p in partitions]))
             continue
         for partition in partitions:
+            if (name, partition) in unstable:
+                rows.append(dict(partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
+                                 metadata="", error_code=ErrorCode.unstable_offset_commit))
+                continue
             item = committed.get((name, partition))
             # Nothing committed is -1 (never 0): clients then apply auto.offset.reset.
             rows.append(dict(partition_index=partition, committed_offset=item.offset if item else -1,
@@ -105,17 +111,18 @@ def _fetch_error(request: Request, code: ErrorCode):
 @register(ApiKey.OFFSET_FETCH, error=_fetch_error)
 async def handle_offset_fetch(ctx: RequestContext, request: Request):
     body = request.body
+    require_stable = getattr(body, "require_stable", False)
     if hasattr(body, "groups"):  # v8+: several groups at once, each with its own error
         groups = []
         for g in body.groups:
             try:
-                groups.append(dict(group_id=g.group_id, topics=_fetch_topics(ctx, g.group_id, g.topics),
-                                   error_code=ErrorCode.none))
+                groups.append(dict(group_id=g.group_id, error_code=ErrorCode.none,
+                                   topics=await _fetch_topics(ctx, g.group_id, g.topics, require_stable)))
             except KafkaError as exc:
                 groups.append(dict(group_id=g.group_id, topics=[], error_code=exc.code))
         return respond(request, dict(groups=groups))
     try:
-        topics = _fetch_topics(ctx, body.group_id, body.topics)
+        topics = await _fetch_topics(ctx, body.group_id, body.topics, require_stable)
     except KafkaError as exc:
         return _fetch_error(request, exc.code)
     return respond(request, dict(topics=topics, error_code=ErrorCode.none))

@@ -121,6 +121,10 @@ async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
                 header = parse_batch_header(part.records)
             except CorruptBatch:
                 continue  # answered by validation
+            if not header.is_transactional or header.is_control:
+                checks[key] = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
+                                         "transactional batches of its producer")
+                continue
             guard = object()
             checks[key] = VerifiedBatch(header.producer_id, guard)
             if header.producer_id not in target.transactions.open:
@@ -233,7 +237,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 continue
             check = verified.get(key)
             if transactional_id is not None and check is None:
-                results[key] = _partition(part.index, ErrorCode.invalid_record, message="no transactional batch")
+                results[key] = _partition(part.index, ErrorCode.corrupt_message, message="no batch")
                 continue
             if isinstance(check, KafkaError):
                 results[key] = _partition(part.index, check.code, message=str(check))

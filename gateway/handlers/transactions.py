@@ -275,7 +275,7 @@ def _described(transactional_id: str, txn: Transaction | None, code: ErrorCode =
     if txn is None:
         return dict(error_code=code if code != ErrorCode.none else ErrorCode.transactional_id_not_found,
                     transactional_id=transactional_id, transaction_state="", transaction_timeout=0,
-                    transaction_start_time=-1, producer_id=-1, producer_epoch=-1, topics=[])
+                    transaction_start_time=0, producer_id=-1, producer_epoch=-1, topics=[])
     return dict(error_code=ErrorCode.none, transactional_id=transactional_id, transaction_state=txn.state.value,
                 transaction_timeout=txn.timeout_ms, transaction_start_time=txn.started_ms,
                 producer_id=txn.producer_id, producer_epoch=txn.producer_epoch, topics=_topic_data(txn.partitions))

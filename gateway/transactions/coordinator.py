@@ -185,8 +185,7 @@ class TransactionCoordinator:
         dead or remote coordinator left), and abort the transactions it coordinates that are
         past their timeout."""
         now = self._clock_ms()
-        known = await self.all() if self._shared else list(self._unfinished.values())
-        for transaction in known:
+        for transaction in await self.unfinished():
             try:
                 if transaction.state.preparing:
                     await self.complete(transaction.transactional_id)
@@ -215,6 +214,16 @@ class TransactionCoordinator:
 
     async def all(self) -> list[Transaction]:
         return [stored.transaction for stored in await self._store.list()]
+
+    async def unfinished(self) -> list[Transaction]:
+        """The transactions ongoing or prepared (alone: known without reading the store)."""
+        if self._shared:
+            return [t for t in await self.all() if t.state == TxnState.ONGOING or t.state.preparing]
+        return list(self._unfinished.values())
+
+    async def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions whose offsets in ``group_id`` wait for a transaction to finish."""
+        return {(o.topic, o.partition) for t in await self.unfinished() for o in t.offsets if o.group_id == group_id}
 
     async def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              offsets: list[PendingOffset]) -> Transaction:

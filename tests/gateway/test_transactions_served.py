@@ -1,0 +1,218 @@
+"""The transaction APIs over the wire, at the edges a client (or an attacker) reaches: a
+produce to a partition not in the transaction (KIP-890), stale epochs, foreign producer ids,
+forged markers, verify-only batches, unstable offsets, and what the admin APIs describe."""
+
+import pytest
+
+from kafscale.protocol import ErrorCode, build_batch
+from kafscale.protocol.entities import build
+from kafscale.protocol.messages import request_class
+from kafscale.protocol.records import iter_records, split_batches
+from tests.support.wire_client import Client, create_topic, start_gateway
+
+
+async def _call(client, key, version, values):
+    return await client.call(key, version, build(request_class(key, version), values))
+
+
+async def _init(client, transactional_id, timeout_ms=60_000, version=4):
+    body = await _call(client, 22, version, dict(transactional_id=transactional_id, transaction_timeout=timeout_ms,
+                                                 producer_id=-1, producer_epoch=-1))
+    assert body.error_code == ErrorCode.none
+    return body.producer_id, body.producer_epoch
+
+
+async def _add(client, transactional_id, producer, partitions, version=3):
+    pid, epoch = producer
+    body = await _call(client, 24, version, dict(
+        v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch, v3_and_below_topics=[dict(name=t, partitions=ps)
+                                                                for t, ps in partitions.items()]))
+    return {(t.name, p.partition_index): p.partition_error_code
+            for t in body.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+
+async def _end(client, transactional_id, producer, commit, version=3):
+    pid, epoch = producer
+    return (await _call(client, 26, version, dict(transactional_id=transactional_id, producer_id=pid,
+                                                  producer_epoch=epoch, committed=commit))).error_code
+
+
+async def _produce(client, topic, batch, transactional_id, partition=0):
+    body = await _call(client, 0, 9, dict(transactional_id=transactional_id, acks=-1, timeout=5000, topic_data=[
+        dict(name=topic, partition_data=[dict(index=partition, records=batch)])]))
+    return body.responses[0].partition_responses[0]
+
+
+def _txn_batch(producer, values, sequence=0):
+    pid, epoch = producer
+    return build_batch([(None, v) for v in values], producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
+                       transactional=True)
+
+
+async def _fetch(client, topic, isolation):
+    body = await _call(client, 1, 12, dict(
+        replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=isolation, session_id=0,
+        session_epoch=-1, topics=[dict(topic=topic, partitions=[dict(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+    return body.responses[0].partitions[0]
+
+
+async def test_a_produce_to_a_partition_not_in_the_transaction_is_refused(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    answer = await _produce(client, "t", _txn_batch(producer, [b"early"]), "app")
+    assert answer.error_code == ErrorCode.invalid_txn_state  # not added yet: nothing stored
+    assert await _add(client, "app", producer, {"t": [0]}) == {("t", 0): ErrorCode.none}
+    assert (await _produce(client, "t", _txn_batch(producer, [b"in"]), "app")).error_code == ErrorCode.none
+    other = await _init(client, "other")
+    assert await _add(client, "other", other, {"t": [0]}) == {("t", 0): ErrorCode.none}
+    # another id's producer id in this transactional id's request
+    assert (await _produce(client, "t", _txn_batch(other, [b"x"]), "app")).error_code == \
+        ErrorCode.invalid_producer_id_mapping
+    assert await _end(client, "app", producer, commit=True) == ErrorCode.none
+    data = bytes((await _fetch(client, "t", 1)).records or b"")
+    values = [r.value for h in split_batches(data) if not h.is_control
+              for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))]
+    assert values == [b"in"]
+
+
+async def test_a_late_batch_after_the_marker_is_refused_and_the_transaction_stays_closed(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    assert (await _produce(client, "t", _txn_batch(producer, [b"a"]), "app")).error_code == ErrorCode.none
+    assert await _end(client, "app", producer, commit=False) == ErrorCode.none
+    late = await _produce(client, "t", _txn_batch(producer, [b"late"], 1), "app")
+    assert late.error_code == ErrorCode.invalid_txn_state
+    answer = await _fetch(client, "t", 1)
+    assert answer.last_stable_offset == answer.high_watermark == 2  # the data and its marker, nothing open
+
+
+async def test_epochs_fence_and_errors_follow_the_request_version(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    first = await _init(client, "app")
+    second = await _init(client, "app")
+    assert second == (first[0], first[1] + 1)
+    assert (await _add(client, "app", first, {"t": [0]}, version=3))[("t", 0)] == ErrorCode.producer_fenced
+    assert (await _add(client, "app", first, {"t": [0]}, version=1))[("t", 0)] == ErrorCode.invalid_producer_epoch
+    assert await _end(client, "app", first, commit=True, version=1) == ErrorCode.invalid_producer_epoch
+    assert await _end(client, "app", second, commit=True) == ErrorCode.invalid_txn_state  # nothing ongoing
+    assert await _end(client, "nobody", second, commit=True) == ErrorCode.invalid_producer_id_mapping
+    body = await _call(client, 22, 4, dict(transactional_id="app", transaction_timeout=900_001, producer_id=-1,
+                                           producer_epoch=-1))
+    assert body.error_code == ErrorCode.invalid_transaction_timeout
+
+
+async def test_unknown_partitions_fail_the_whole_add_and_the_rest_is_not_attempted(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    answer = await _add(client, "app", producer, {"t": [0, 7], "missing": [0]})
+    assert answer == {("t", 0): ErrorCode.operation_not_attempted, ("t", 7): ErrorCode.unknown_topic_or_partition,
+                      ("missing", 0): ErrorCode.unknown_topic_or_partition}
+
+
+async def test_verify_only_batches_say_whether_partitions_are_in_the_transaction(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    body = await _call(client, 24, 4, dict(transactions=[dict(
+        transactional_id="app", producer_id=producer[0], producer_epoch=producer[1], verify_only=True,
+        topics=[dict(name="t", partitions=[0])])]))
+    assert body.error_code == ErrorCode.none
+    [result] = body.results_by_transaction
+    assert result.topic_results[0].results_by_partition[0].partition_error_code == ErrorCode.none
+    body = await _call(client, 24, 4, dict(transactions=[dict(
+        transactional_id="app", producer_id=producer[0], producer_epoch=producer[1] + 1, verify_only=True,
+        topics=[dict(name="t", partitions=[0])])]))
+    code = body.results_by_transaction[0].topic_results[0].results_by_partition[0].partition_error_code
+    assert code == ErrorCode.invalid_txn_state
+
+
+async def test_a_client_cannot_forge_markers_or_transactional_batches(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    control = build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], producer_id=producer[0],
+                          producer_epoch=producer[1], transactional=True, control=True)
+    assert (await _produce(client, "t", control, "app")).error_code == ErrorCode.invalid_record
+    plain = build_batch([(None, b"not transactional")])
+    assert (await _produce(client, "t", plain, "app")).error_code == ErrorCode.invalid_record
+    assert (await _produce(client, "t", _txn_batch(producer, [b"x"]), None)).error_code == \
+        ErrorCode.transactional_id_authorization_failed
+
+
+async def test_offsets_committed_in_a_transaction_are_unstable_until_it_commits(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "in")
+    producer = await _init(client, "app")
+    assert (await _call(client, 25, 3, dict(transactional_id="app", producer_id=producer[0],
+                                            producer_epoch=producer[1], group_id="g"))).error_code == 0
+    body = await _call(client, 28, 3, dict(transactional_id="app", group_id="g", producer_id=producer[0],
+                                           producer_epoch=producer[1], generation_id=-1, member_id="",
+                                           group_instance_id=None, topics=[dict(name="in", partitions=[dict(
+                                               partition_index=0, committed_offset=42, committed_leader_epoch=-1,
+                                               committed_metadata="m")])]))
+    assert body.topics[0].partitions[0].error_code == ErrorCode.none
+
+    async def offset_fetch(require_stable):
+        body = await _call(client, 9, 7, dict(group_id="g", topics=[dict(name="in", partition_indexes=[0])],
+                                              require_stable=require_stable))
+        part = body.topics[0].partitions[0]
+        return part.error_code, part.committed_offset
+
+    assert await offset_fetch(True) == (ErrorCode.unstable_offset_commit, -1)
+    assert await offset_fetch(False) == (ErrorCode.none, -1)  # not visible before the commit
+    assert await _end(client, "app", producer, commit=True) == ErrorCode.none
+    assert await offset_fetch(True) == (ErrorCode.none, 42)
+
+
+async def test_the_admin_apis_describe_transactions_and_producers(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    await _produce(client, "t", _txn_batch(producer, [b"a", b"b"]), "app")
+    body = await _call(client, 65, 0, dict(transactional_ids=["app", "nobody"]))
+    app, nobody = body.transaction_states
+    assert (app.transaction_state, app.producer_id, [(t.topic, list(t.partitions)) for t in app.topics]) == \
+        ("Ongoing", producer[0], [("t", [0])])
+    assert nobody.error_code == ErrorCode.transactional_id_not_found
+    body = await _call(client, 66, 1, dict(state_filters=["Ongoing", "Bogus"], producer_id_filters=[],
+                                           duration_filter=-1))
+    assert [(t.transactional_id, t.transaction_state) for t in body.transaction_states] == [("app", "Ongoing")]
+    assert list(body.unknown_state_filters) == ["Bogus"]
+    body = await _call(client, 61, 0, dict(topics=[dict(name="t", partition_indexes=[0])]))
+    [state] = body.topics[0].partitions[0].active_producers
+    assert (state.producer_id, state.current_txn_start_offset, state.last_sequence) == (producer[0], 0, 1)
+    # An operator aborts the hanging transaction's partition with WriteTxnMarkers (kafka-transactions.sh abort).
+    body = await _call(client, 27, 1, dict(markers=[dict(producer_id=producer[0], producer_epoch=producer[1],
+                                                         transaction_result=False, coordinator_epoch=0,
+                                                         topics=[dict(name="t", partition_indexes=[0])])]))
+    assert body.markers[0].topics[0].partitions[0].error_code == ErrorCode.none
+    answer = await _fetch(client, "t", 1)
+    assert answer.last_stable_offset == answer.high_watermark == 3
+    assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 0)]
+
+
+@pytest.mark.parametrize("key_type, code", [(1, ErrorCode.none), (5, ErrorCode.invalid_request)])
+async def test_find_coordinator_for_transactional_ids(nursery, key_type, code):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    body = await _call(client, 10, 4, dict(key_type=key_type, coordinator_keys=["app"]))
+    assert body.coordinators[0].error_code == code
