@@ -1,16 +1,17 @@
 // Reads partition 0 of a topic with kafkajs from its start, in a consumer group (kafkajs
 // consumers always join one), until nothing more comes for two seconds (a cleaned log's
 // last offsets may hold nothing), and prints one JSON line:
-// {"records": [[offset, key, value-or-null], ...]}.
-// Usage: node read.js <bootstrap> <topic> <group>
+// {"records": [[offset, key, value-or-null], ...]}. kafkajs reads committed records only
+// (read_committed) unless the fourth argument is "uncommitted".
+// Usage: node read.js <bootstrap> <topic> <group> [uncommitted]
 const { Kafka, logLevel } = require('kafkajs')
 
-const [bootstrap, topic, group] = process.argv.slice(2)
+const [bootstrap, topic, group, isolation] = process.argv.slice(2)
 
 async function main () {
   const kafka = new Kafka({ clientId: 'kafscale-read', brokers: [bootstrap], logLevel: logLevel.ERROR })
   const records = []
-  const consumer = kafka.consumer({ groupId: group, maxWaitTimeInMs: 200 })
+  const consumer = kafka.consumer({ groupId: group, maxWaitTimeInMs: 200, readUncommitted: isolation === 'uncommitted' })
   await consumer.connect()
   await consumer.subscribe({ topic, fromBeginning: true })
   await new Promise((resolve, reject) => {
