@@ -186,13 +186,30 @@ class Gateway:
             task_status.started()
 
     async def _sweep_transactions(self) -> None:
-        """Abort transactions past their timeout; finish this gateway's part of prepared ones."""
-        while True:
-            await trio.sleep(self.config.groups.transaction_check_interval_ms / 1000)
-            try:
-                await self.transactions.sweep()
-            except Exception:  # an unreachable store or etcd must not stop the gateway
-                log.exception("transaction sweep failed")
+        """Abort transactions past their timeout and finish this gateway's part of prepared ones,
+        every transaction_check_interval_ms; a transaction another gateway prepared at once."""
+        prepared: set[str] = set()
+        woken = trio.Event()
+
+        def on_prepared(transactional_id: str) -> None:
+            prepared.add(transactional_id)
+            woken.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.transactions.watch_prepared, on_prepared)
+            next_sweep = trio.current_time()
+            while True:
+                with trio.move_on_at(next_sweep):
+                    await woken.wait()
+                woken = trio.Event()
+                try:
+                    while prepared:
+                        await self.transactions.complete(prepared.pop())
+                    if trio.current_time() >= next_sweep:
+                        next_sweep = trio.current_time() + self.config.groups.transaction_check_interval_ms / 1000
+                        await self.transactions.sweep()
+                except Exception:  # an unreachable store or etcd must not stop the gateway
+                    log.exception("finishing transactions failed")
 
     async def flush(self) -> None:
         """Write every accepted append (produce handlers waiting on it get answered)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 
 import trio
 
@@ -25,11 +26,13 @@ from kafscale.protocol.transactions import Transaction
 from ..groups.store import LoadedGroups, StoredGroup, parse_groups, slot_of
 from ..metadata import TopicInfo
 from ..transactions.store import ABSENT, StoredTransaction, TransactionChanged, TransactionsUnreadable
-from .etcd import Compare, EtcdClient, KeyValue, put_op, range_op
+from .etcd import Compare, EtcdClient, EtcdError, KeyValue, put_op, range_op
 
 __all__ = ["EtcdMetadata", "EtcdGroupStore", "EtcdTransactions", "cluster_root"]
 
 log = logging.getLogger("kafscale.metadata")
+
+_REWATCH_S = 1.0
 
 PRODUCER_ID_BLOCK = 1000
 
@@ -199,3 +202,21 @@ class EtcdTransactions:
 
     async def list(self) -> list[StoredTransaction]:
         return [self._stored(kv) for kv in await self._etcd.get_prefix(self._prefix)]
+
+    async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
+        while True:
+            try:
+                _, revision = await self._etcd.range_prefix(self._prefix)
+                async for events in self._etcd.watch_prefix(self._prefix, revision + 1):
+                    for event in events:
+                        if event.deleted:
+                            continue
+                        try:
+                            stored = self._stored(event.kv)
+                        except (TransactionsUnreadable, ValueError):
+                            continue  # the sweep reports it
+                        if stored.transaction.state.preparing:
+                            prepared(stored.transaction.transactional_id)
+            except EtcdError as exc:  # also a broken stream: read again and re-watch
+                log.info("watch of transactions broke (%s); watching again", exc)
+                await trio.sleep(_REWATCH_S)

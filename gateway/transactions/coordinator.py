@@ -194,6 +194,10 @@ class TransactionCoordinator:
             except KafkaError as exc:  # e.g. a partition moving; the next sweep tries again
                 log.info("transaction %r not finished yet: %s", transaction.transactional_id, exc)
 
+    async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
+        """See :meth:`TransactionStore.watch_prepared`."""
+        await self._store.watch_prepared(prepared)
+
     async def _abort_expired(self, transactional_id: str, now: int) -> None:
         """Abort an ONGOING transaction past its timeout (also one that never wrote a batch),
         under a new epoch that fences its producer."""

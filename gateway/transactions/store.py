@@ -11,8 +11,11 @@ put-if-absent and put-if-unchanged); in a cluster, one etcd key per id
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+import trio
 
 from kafscale.protocol.layout import META_PREFIX
 from kafscale.protocol.transactions import Transaction
@@ -49,6 +52,10 @@ class TransactionStore(Protocol):
         coordinator's write between the two can be taken for this one's."""
         ...
     async def list(self) -> list[StoredTransaction]: ...
+    async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
+        """Run until cancelled, calling ``prepared`` with each transactional id another
+        gateway moves to PREPARE_* (so this one writes its markers at once)."""
+        ...
 
 
 class EmbeddedTransactions:
@@ -84,6 +91,10 @@ class EmbeddedTransactions:
                 await self._store.put_if_unchanged(key, transaction.to_json(), expected_version)
         except (ObjectExists, ObjectChanged) as exc:
             raise TransactionChanged(transaction.transactional_id) from exc
+
+    async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
+        """Alone, every transaction is prepared by this gateway, which finishes it itself."""
+        await trio.sleep_forever()
 
     async def list(self) -> list[StoredTransaction]:
         found = []
