@@ -9,8 +9,10 @@ A pass over one partition (its owner, under the partition's maintenance lock):
 
 1. **Map.** The dirty segments (from :class:`Progress` ``cleaned_end``) are read in offset order and
    each keyed record's offset goes into a :class:`KeyMap` of at most
-   ``cleaner_dedupe_buffer_bytes``. The pass stops mapping when the map is full,
-   at damage, or at the first segment newer than ``min.compaction.lag.ms``.
+   ``cleaner_dedupe_buffer_bytes`` (records of aborted transactions are not mapped).
+   The pass stops mapping when the map is full, at damage, at the first segment
+   newer than ``min.compaction.lag.ms``, or at the segment holding the last stable
+   offset (an open transaction's records may yet be aborted).
 2. **Rewrite.** Every segment from the log start up to where mapping stopped is
    read again with its version and cleaned (:mod:`kafscale.protocol.cleaning`). A
    segment that changed is written back *in place*, same key, same offset range,
@@ -48,6 +50,7 @@ from kafscale.protocol.log_object import EntryBatches
 from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.records import parse_batch_header
 from kafscale.protocol.segment import Segment, SegmentBuilder, read_segment
+from kafscale.protocol.transactions import AbortedBatches
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
 from .merging import index_before_rewrite
@@ -142,17 +145,22 @@ class _Pass:
     keys: KeyMap
     mapped_end: int
     stop: int  # rewrite segments starting below this offset
+    aborted: AbortedBatches
     held_back_by_ms: int | None = None  # newest timestamp of the segment min.compaction.lag stopped at
 
 
 async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolicy, budget: int, now_ms: int,
                stats: CleanerStats) -> _Pass:
-    work = _Pass(KeyMap(budget), first_dirty, partition_log.log_start_offset)
+    work = _Pass(KeyMap(budget), first_dirty, partition_log.log_start_offset,
+                 AbortedBatches(partition_log.transactions.aborted))
     youngest_allowed = now_ms - policy.min_compaction_lag_ms
+    stable = partition_log.last_stable_offset
     for piece in _segments(partition_log):
         if piece.last_offset < first_dirty:
             work.stop = piece.last_offset + 1
             continue
+        if piece.last_offset >= stable:
+            break  # an open transaction's records: cleaned once it ends
         known = partition_log.segment_max_timestamps.get(piece.cache_key)
         if policy.min_compaction_lag_ms and known is not None and known > youngest_allowed:
             work.held_back_by_ms = known
@@ -167,7 +175,7 @@ async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolic
         stats.bytes_read += piece.size
         # Decompressing and hashing a segment's records is seconds of CPU for a large one:
         # off the event loop, so requests keep being served meanwhile.
-        mapped_to = await trio.to_thread.run_sync(_map_segment, work.keys, loaded, first_dirty)
+        mapped_to = await trio.to_thread.run_sync(_map_segment, work.keys, loaded, first_dirty, work.aborted)
         work.stop = piece.last_offset + 1
         if mapped_to is None:
             work.mapped_end = piece.last_offset + 1
@@ -177,11 +185,12 @@ async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolic
     return work
 
 
-def _map_segment(keys: KeyMap, loaded: Segment | EntryBatches, first_dirty: int) -> int | None:
+def _map_segment(keys: KeyMap, loaded: Segment | EntryBatches, first_dirty: int,
+                 aborted: AbortedBatches) -> int | None:
     """Map the segment's records from ``first_dirty`` on; ``None`` if all of them fit, else
     the offset mapping stopped before."""
     for batch in loaded.batches:
-        if batch.last_offset < first_dirty:
+        if batch.last_offset < first_dirty or batch in aborted:
             continue
         if not keys.add_batch(loaded.data, batch):
             return batch.base_offset
@@ -204,7 +213,7 @@ async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPo
         for piece in _segments(partition_log):
             if piece.base_offset >= work.stop:
                 break
-            outcome = await _rewrite(partition_log, piece, work.keys, policy, now_ms, stats)
+            outcome = await _rewrite(partition_log, piece, work, policy, now_ms, stats)
             if outcome is None:
                 finished = False
                 break  # changed under us, damaged or no longer ours: the next pass starts over
@@ -252,7 +261,7 @@ async def _write_checkpoint(partition_log: PartitionLog, cleaned_end: int) -> No
         log.warning("writing %s failed: %s", _checkpoint_key(partition_log), exc)
 
 
-async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, policy: TopicPolicy, now_ms: int,
+async def _rewrite(partition_log: PartitionLog, piece: Piece, work: _Pass, policy: TopicPolicy, now_ms: int,
                    stats: CleanerStats) -> tuple[int, int | None] | None:
     """Clean one segment in place: (1 if rewritten else 0, when a kept tombstone's horizon
     passes), or ``None`` if it could not be (the pass stops)."""
@@ -270,7 +279,7 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, poli
     keep_header = newest_batch_per_producer(segment.batches)
     if segment.batches and not any(p.base_offset > piece.last_offset for p in partition_log.pieces):
         keep_header.add(segment.batches[-1].position)  # the log's last batch: consumers reach its end
-    builder, removed, due = await trio.to_thread.run_sync(_clean_segment, segment, keys, keep_header, now_ms,
+    builder, removed, due = await trio.to_thread.run_sync(_clean_segment, segment, work, keep_header, now_ms,
                                                           policy.delete_retention_ms)
     if builder is None:
         return 0, due
@@ -294,7 +303,7 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, keys: KeyMap, poli
     return 1, due
 
 
-def _clean_segment(segment: Segment, keys: KeyMap, keep_header: set[int], now_ms: int,
+def _clean_segment(segment: Segment, work: _Pass, keep_header: set[int], now_ms: int,
                    delete_retention_ms: int) -> tuple[SegmentBuilder | None, int, int | None]:
     """The segment cleaned (``None`` if nothing changed), the records removed, and when the
     earliest tombstone it keeps may go."""
@@ -303,8 +312,8 @@ def _clean_segment(segment: Segment, keys: KeyMap, keep_header: set[int], now_ms
     removed = 0
     due: int | None = None
     for batch in segment.batches:
-        result = clean_batch(segment.data, batch, keys, now_ms, delete_retention_ms,
-                             keep_header=batch.position in keep_header)
+        result = clean_batch(segment.data, batch, work.keys, now_ms, delete_retention_ms,
+                             keep_header=batch.position in keep_header, aborted=batch in work.aborted)
         changed = changed or result.changed
         removed += result.records_removed
         if result.tombstone_horizon is not None:

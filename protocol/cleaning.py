@@ -14,7 +14,9 @@ records keep their offset deltas: the log gets gaps). The rules, per record:
   batch its producer has in the segment (so the idempotent producer's sequence
   survives cleaning), and the last batch of the log (so a consumer reading to the
   end reaches the high watermark; Kafka never cleans its active segment);
-- control batches (transaction markers) stay as they are.
+- a batch of an aborted transaction goes whole (it is never mapped either, so an
+  aborted record never supersedes a committed one); control batches (transaction
+  markers) stay as they are. The caller cleans only below the last stable offset.
 
 Records that stay are copied byte for byte (only a timestamp delta changes when a
 horizon is set); the batch is compressed again with its codec.
@@ -160,7 +162,7 @@ class KeyMap:
 
     def add_batch(self, data: bytes | memoryview, header: BatchHeader) -> bool:
         """Map the batch's keyed records; ``False`` (the batch not wholly mapped) once full.
-        Control batches carry no user keys."""
+        Control batches carry no user keys (and the caller skips aborted batches)."""
         if header.attributes & CONTROL_BIT:
             return True
         put = self._table.put
@@ -186,9 +188,10 @@ class CleanedBatch:
 
 
 def clean_batch(data: bytes | memoryview, header: BatchHeader, keys: KeyMap, now_ms: int,
-                delete_retention_ms: int, *, keep_header: bool) -> CleanedBatch:
+                delete_retention_ms: int, *, keep_header: bool, aborted: bool = False) -> CleanedBatch:
     """Clean one stored batch (``header.position`` locates it in ``data``).
-    ``keep_header``: if no record stays, the batch stays as an empty header."""
+    ``keep_header``: if no record stays, the batch stays as an empty header; ``aborted``:
+    the batch belongs to an aborted transaction, none of its records stays."""
     original = memoryview(data)[header.position:header.position + header.size]
     if header.attributes & CONTROL_BIT:
         return CleanedBatch(original, False, 0, None)
@@ -197,7 +200,7 @@ def clean_batch(data: bytes | memoryview, header: BatchHeader, keys: KeyMap, now
     horizon = delete_horizon(header)
     kept: list[_Record] = []
     for record in records:
-        if record.key is None or keys.superseded(record.key, record.offset):
+        if aborted or record.key is None or keys.superseded(record.key, record.offset):
             continue
         if record.tombstone and horizon is not None and horizon <= now_ms:
             continue

@@ -11,6 +11,7 @@ does I/O: the gateway's coordinator stores each state and writes the markers.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import json
 import struct
@@ -21,7 +22,7 @@ from .errors import ErrorCode, KafkaError
 from .records import BatchHeader, Record, build_batch, iter_records
 
 __all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn",
-           "last_stable_offset", "MAX_EPOCH", "PartitionTransactions", "PendingOffset"]
+           "last_stable_offset", "MAX_EPOCH", "PartitionTransactions", "PendingOffset", "AbortedBatches"]
 
 MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16; at the last one the coordinator takes a new id
 _MARKER_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
@@ -254,6 +255,28 @@ class AbortedTxn:
     last_offset: int
     producer_id: int
     last_stable_offset: int
+
+
+class AbortedBatches:
+    """Which stored batches belong to aborted transactions: a transactional data batch of an
+    aborted producer from its span's first offset to its marker (what read_committed
+    consumers drop, and the cleaner removes)."""
+
+    def __init__(self, entries: Iterable[AbortedTxn]) -> None:
+        self._spans: dict[int, list[tuple[int, int]]] = {}
+        for entry in sorted(entries):
+            spans = self._spans.setdefault(entry.producer_id, [])
+            if spans and entry.first_offset <= spans[-1][1]:  # joined: one lookup finds either
+                spans[-1] = (spans[-1][0], max(spans[-1][1], entry.last_offset))
+            else:
+                spans.append((entry.first_offset, entry.last_offset))
+
+    def __contains__(self, header: BatchHeader) -> bool:
+        spans = self._spans.get(header.producer_id)
+        if not spans or not header.is_transactional or header.is_control:
+            return False
+        at = bisect.bisect_right(spans, (header.base_offset, 2**63)) - 1
+        return at >= 0 and spans[at][0] <= header.base_offset <= spans[at][1]
 
 
 def last_stable_offset(high_watermark: int, open_first_offsets: Iterable[int]) -> int:

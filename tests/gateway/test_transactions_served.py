@@ -216,3 +216,41 @@ async def test_find_coordinator_for_transactional_ids(nursery, key_type, code):
     client = await Client.connect(running.port)
     body = await _call(client, 10, 4, dict(key_type=key_type, coordinator_keys=["app"]))
     assert body.coordinators[0].error_code == code
+
+
+async def test_the_cleaner_removes_aborted_records_and_leaves_open_transactions_alone(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "c", cleanup_policy="compact", min_cleanable_dirty_ratio="0.01")
+    plain = await _call(client, 0, 9, dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[dict(
+        name="c", partition_data=[dict(index=0, records=build_batch([(b"k1", b"committed-v1")]))])]))
+    assert plain.responses[0].partition_responses[0].error_code == ErrorCode.none
+    aborter = await _init(client, "aborter")
+    await _add(client, "aborter", aborter, {"c": [0]})
+    batch = build_batch([(b"k1", b"aborted-v2")], producer_id=aborter[0], producer_epoch=aborter[1],
+                        base_sequence=0, transactional=True)
+    assert (await _produce(client, "c", batch, "aborter")).error_code == ErrorCode.none
+    assert await _end(client, "aborter", aborter, commit=False) == ErrorCode.none
+    opener = await _init(client, "opener")
+    await _add(client, "opener", opener, {"c": [0]})
+    batch = build_batch([(b"k2", b"open-v3")], producer_id=opener[0], producer_epoch=opener[1], base_sequence=0,
+                        transactional=True)
+    assert (await _produce(client, "c", batch, "opener")).error_code == ErrorCode.none
+    logs = running.context.logs
+    await logs.compactor.pass_once(everything=True)
+    await logs.cleaner.pass_once(everything=True)
+
+    def values(answer):
+        data = bytes(answer.records or b"")
+        return [r.value for h in split_batches(data) if not h.is_control
+                for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))]
+
+    # The open transaction holds cleaning back: nothing is removed yet.
+    assert values(await _fetch(client, "c", 0)) == [b"committed-v1", b"aborted-v2", b"open-v3"]
+    assert await _end(client, "opener", opener, commit=True) == ErrorCode.none
+    await logs.compactor.pass_once(everything=True)
+    await logs.cleaner.pass_once(everything=True)
+    # The aborted record goes, and never superseded the committed value of its key.
+    assert values(await _fetch(client, "c", 0)) == [b"committed-v1", b"open-v3"]
+    assert values(await _fetch(client, "c", 1)) == [b"committed-v1", b"open-v3"]
+    assert logs.cleaner.stats.records_removed == 1

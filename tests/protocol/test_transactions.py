@@ -14,6 +14,7 @@ from kafscale.protocol.transactions import (
     PartitionTransactions,
     Transaction,
     TxnState,
+    AbortedBatches,
     PendingOffset,
     last_stable_offset,
     marker_batch,
@@ -180,3 +181,14 @@ def test_a_partition_tracks_open_transactions_the_lso_and_the_aborted_ones():
     assert txns.last_stable_offset(7) == 7 and len(txns.aborted) == 1
     assert txns.aborted_between(0, 1) == [] and txns.aborted_between(5, 7) == [AbortedTxn(1, 5, 5, 3)]
     assert txns.aborted_between(6, 7) == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(0, 20)), max_size=12),
+       st.integers(0, 3), st.integers(0, 230), st.booleans())
+def test_a_batch_is_aborted_when_its_producer_has_an_aborted_span_holding_it(spans, pid, offset, transactional):
+    entries = [AbortedTxn(first, first + length, producer, first) for producer, first, length in spans]
+    header = split_batches(build_batch([(b"k", b"v")], base_offset=offset, producer_id=pid, producer_epoch=0,
+                                       base_sequence=0, transactional=transactional))[0]
+    expected = transactional and any(e.producer_id == pid and e.first_offset <= offset <= e.last_offset
+                                     for e in entries)
+    assert (header in AbortedBatches(entries)) == expected
