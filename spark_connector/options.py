@@ -22,7 +22,7 @@ _KNOWN = {
     "includeheaders", "failondataloss", "s3.endpoint", "s3.region", "s3.accesskeyid", "s3.secretaccesskey",
     "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
-    "minoffsetspertrigger", "maxtriggerdelay",
+    "minoffsetspertrigger", "maxtriggerdelay", "kafka.isolation.level",
 }
 # Options of Spark's Kafka source that this reader does not implement yet: named, not ignored.
 _NOT_YET = {
@@ -54,6 +54,9 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
+    # kafka.isolation.level: read_committed reads below each partition's last stable offset and
+    # drops aborted transactions' records; read_uncommitted (Spark's default) reads them all.
+    read_committed: bool = False
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -135,6 +138,9 @@ def _timestamps(single: str, by_partition: str, lowered: Mapping[str, str]):
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     lowered = {key.lower(): value for key, value in options.items()}
     unknown = sorted(set(lowered) - _KNOWN - _NOT_YET - {"kafka.bootstrap.servers"})
+    isolation = lowered.get("kafka.isolation.level", "read_uncommitted").lower()
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise OptionError(f"option kafka.isolation.level must be read_committed or read_uncommitted, got {isolation!r}")
     if unknown:
         raise OptionError(f"unknown option(s) {', '.join(unknown)} for format kafscale")
     not_yet = sorted(set(lowered) & _NOT_YET)
@@ -198,5 +204,6 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         min_offsets_per_trigger=_positive("minOffsetsPerTrigger", lowered.get("minoffsetspertrigger")),
         max_trigger_delay_ms=_duration_ms("maxTriggerDelay", lowered.get("maxtriggerdelay", "15m")),
         max_records_per_partition=_positive("maxRecordsPerPartition", lowered.get("maxrecordsperpartition")),
+        read_committed=isolation == "read_committed",
         s3=s3,
     )

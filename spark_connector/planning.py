@@ -19,12 +19,13 @@ from kafscale.protocol import stored_log as reads
 from kafscale.protocol.catalog import TopicInfo, catalog_prefix, decode_catalog, newest_catalog_key
 from kafscale.protocol.layout import topics_key
 from kafscale.protocol.log_view import PartitionView, Piece, first_record_at
+from kafscale.protocol.transactions import AbortedTxn
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
-from .stored_log import DataLossError, LogEntries, load_piece, read, snapshot
+from .stored_log import DataLossError, LogEntries, Readable, load_piece, read, readable, snapshot
 
-__all__ = ["PartitionRange", "plan", "read_catalog", "pieces_for", "timestamp_for", "offset_for_timestamp"]
+__all__ = ["PartitionRange", "partition_range", "plan", "read_catalog", "pieces_for", "timestamp_for", "offset_for_timestamp"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class PartitionRange:
     start: int  # first offset to read
     end: int  # one past the last offset to read
     pieces: tuple[Piece, ...]
+    aborted: tuple[AbortedTxn, ...] = ()  # read_committed: their batches are dropped
+
+
+def partition_range(topic: str, partition: int, start: int, end: int, pieces: tuple[Piece, ...],
+                    allowed: Readable) -> PartitionRange:
+    """The range ``[start, end)`` with the pieces and aborted transactions it needs."""
+    return PartitionRange(topic, partition, start, end, pieces_for(pieces, start, end),
+                          tuple(e for e in allowed.aborted if e.last_offset >= start and e.first_offset < end))
 
 
 def read_catalog(store: ObjectStore, namespace: str) -> dict[str, TopicInfo]:
@@ -50,12 +59,12 @@ def pieces_for(pieces: tuple[Piece, ...], start: int, end: int) -> tuple[Piece, 
     return tuple(p for p in pieces if p.base_offset < end and p.last_offset >= start)
 
 
-def _resolve(wanted: int | dict, topic: str, partition: int, snap: PartitionView, name: str) -> int:
+def _resolve(wanted: int | dict, topic: str, partition: int, snap: PartitionView, latest: int, name: str) -> int:
     offset = wanted if isinstance(wanted, int) else wanted.get(topic, {}).get(partition, LATEST if name == "end" else EARLIEST)
     if offset == EARLIEST:
         return snap.log_start
     if offset == LATEST:
-        return snap.high_watermark
+        return latest
     return offset
 
 
@@ -73,8 +82,9 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
             if not 0 <= partition < count:
                 raise OptionError(f"topic {topic} has no partition {partition}")
             snap = snapshot(store, options.namespace, info, partition, entries.of(info, partition))
-            start = _resolve(options.starting, topic, partition, snap, "start")
-            end = min(_resolve(options.ending, topic, partition, snap, "end"), snap.high_watermark)
+            allowed = readable(store, options.namespace, topic, partition, snap, options.read_committed)
+            start = _resolve(options.starting, topic, partition, snap, allowed.latest, "start")
+            end = min(_resolve(options.ending, topic, partition, snap, allowed.latest, "end"), allowed.latest)
             if options.starting_timestamp is not None:
                 wanted = timestamp_for(options.starting_timestamp, topic, partition)
                 if wanted is not None:
@@ -86,7 +96,7 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
                 wanted = timestamp_for(options.ending_timestamp, topic, partition)
                 if wanted is not None:
                     found = offset_for_timestamp(store, snap, wanted)
-                    end = snap.high_watermark if found is None else found
+                    end = allowed.latest if found is None else min(found, allowed.latest)
             if start < snap.log_start:
                 if options.fail_on_data_loss:
                     raise DataLossError(
@@ -95,7 +105,7 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
                 start = snap.log_start
             if start >= end:
                 continue
-            ranges.append(PartitionRange(topic, partition, start, end, pieces_for(snap.pieces, start, end)))
+            ranges.append(partition_range(topic, partition, start, end, snap.pieces, allowed))
     if options.subscribe:
         missing = sorted(set(options.subscribe) - set(topics))
         if missing:
@@ -147,5 +157,6 @@ def split_ranges(ranges: list[PartitionRange], max_records: int | None, min_part
         for first in range(part.start, part.end, step):
             last = min(first + step, part.end)
             pieces.append(PartitionRange(part.topic, part.partition, first, last,
-                                         pieces_for(part.pieces, first, last)))
+                                         pieces_for(part.pieces, first, last),
+                                         tuple(e for e in part.aborted if e.last_offset >= first and e.first_offset < last)))
     return pieces

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from kafscale.protocol.errors import CorruptBatch
 from kafscale.protocol.records import decode_columns
+from kafscale.protocol.transactions import AbortedBatches
 from kafscale.storage_backends import ObjectStore
 
 from .planning import PartitionRange
@@ -64,13 +65,14 @@ def read_range(store: ObjectStore, part: PartitionRange, include_headers: bool) 
         timestamp_types.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
+    aborted = AbortedBatches(part.aborted)
     position = part.start  # pieces may overlap (an entry compacted but not yet deleted)
     for piece in part.pieces:
         for data, batches in load_piece(store, piece):
             for batch in batches:
                 if batch.last_offset < position or batch.base_offset >= part.end:
                     continue
-                if not batch.is_control:
+                if not batch.is_control and batch not in aborted:
                     before = len(offsets)
                     try:
                         decode_columns(data, batch, position, part.end, columns)

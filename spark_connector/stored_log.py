@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.catalog import TopicInfo
 from kafscale.protocol.errors import SegmentFormatError
-from kafscale.protocol.layout import log_object_namespace, partition_prefix, segment_partition
+from kafscale.protocol.layout import log_object_namespace, partition_prefix, segment_partition, transaction_state_key
 from kafscale.protocol.log_object import LogEntry, read_entry
 from kafscale.protocol.log_view import SEGMENT, PartitionView, Piece, entries_by_partition
 from kafscale.protocol.records import BatchHeader
 from kafscale.protocol.segment import read_segment
 from kafscale.protocol.stored_log import MISSING, ListObjects, Read, Reader, ReadObject, ReadRange
+from kafscale.protocol.transactions import AbortedTxn, PartitionTransactions
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
-__all__ = ["read", "LogEntries", "snapshot", "load_piece", "DataLossError", "CorruptSegmentError"]
+__all__ = ["read", "LogEntries", "snapshot", "load_piece", "DataLossError", "CorruptSegmentError", "Readable",
+           "readable"]
 
 T = TypeVar("T")
 
@@ -103,6 +106,34 @@ def snapshot(store: ObjectStore, namespace: str, topic: TopicInfo, partition: in
         if piece.kind == SEGMENT:
             _LAST_OFFSETS[(where, topic_id, piece.key, piece.size)] = piece.last_offset
     return view
+
+
+@dataclass(frozen=True)
+class Readable:
+    """How far a reader may read a partition: the high watermark, or under read_committed
+    the last stable offset; and the aborted transactions whose batches it drops."""
+
+    latest: int
+    aborted: tuple[AbortedTxn, ...] = ()
+
+
+def readable(store: ObjectStore, namespace: str, topic: str, partition: int, snap: PartitionView,
+             read_committed: bool) -> Readable:
+    """From the partition's stored transaction state (its owner writes it before a
+    transaction's first batch there is acknowledged, and after each marker): nothing of a
+    transaction still open, and every aborted one, is read under read_committed."""
+    if not read_committed:
+        return Readable(snap.high_watermark)
+    key = transaction_state_key(namespace, topic, partition)
+    try:
+        state = PartitionTransactions.decode(store.get(key))
+    except ObjectNotFound:
+        return Readable(snap.high_watermark)  # no transaction ever wrote here
+    except ValueError as exc:
+        raise CorruptSegmentError(f"{key} is unreadable ({exc}): read_committed cannot tell aborted records") \
+            from exc
+    stable = state.last_stable_offset(snap.high_watermark)
+    return Readable(stable, tuple(e for e in state.aborted if e.last_offset >= snap.log_start))
 
 
 def _segment(store: ObjectStore, key: str) -> tuple[bytes, list[BatchHeader]]:

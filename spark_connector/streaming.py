@@ -6,7 +6,8 @@ new topics matching the subscription are picked up from their log start.
 ``maxOffsetsPerTrigger`` bounds a micro-batch (shared over partitions in
 proportion to their backlog); ``minOffsetsPerTrigger`` holds a micro-batch back
 until that many records wait or ``maxTriggerDelay`` passed; Trigger.AvailableNow
-reads up to the offsets that existed when the query started, then stops.
+reads up to the offsets that existed when the query started, then stops. Under
+``kafka.isolation.level`` read_committed, "latest" is each partition's last stable offset.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
-from .planning import PartitionRange, offset_for_timestamp, pieces_for, read_catalog, timestamp_for
+from .planning import offset_for_timestamp, partition_range, read_catalog, timestamp_for
 from .rows import read_range
-from .stored_log import DataLossError, LogEntries, snapshot
+from .stored_log import DataLossError, LogEntries, readable, snapshot
 from .tasks import KafscaleInputPartition
 
 __all__ = ["KafscaleStreamReader"]
@@ -45,29 +46,30 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             info = topics[topic]
             partitions = self.options.assign[topic] if self.options.assign is not None else range(info.partitions)
             for partition in partitions:
-                found[(topic, partition)] = snapshot(store, self.options.namespace, info, partition,
-                                                     entries.of(info, partition))
+                snap = snapshot(store, self.options.namespace, info, partition, entries.of(info, partition))
+                found[(topic, partition)] = (snap, readable(store, self.options.namespace, topic, partition, snap,
+                                                            self.options.read_committed))
         return found
 
     def _latest(self) -> Offsets:
         latest: Offsets = {}
-        for (topic, partition), snap in self._snapshots().items():
-            latest.setdefault(topic, {})[str(partition)] = snap.high_watermark
+        for (topic, partition), (_, allowed) in self._snapshots().items():
+            latest.setdefault(topic, {})[str(partition)] = allowed.latest
         return latest
 
     def initialOffset(self) -> Offsets:
         initial: Offsets = {}
         store = self._open(self.options)
-        for (topic, partition), snap in self._snapshots().items():
+        for (topic, partition), (snap, allowed) in self._snapshots().items():
             wanted = self.options.starting
             if isinstance(wanted, dict):
                 wanted = wanted.get(topic, {}).get(partition, EARLIEST)
-            offset = snap.log_start if wanted == EARLIEST else snap.high_watermark if wanted == LATEST else wanted
+            offset = snap.log_start if wanted == EARLIEST else allowed.latest if wanted == LATEST else wanted
             stamp = timestamp_for(self.options.starting_timestamp, topic, partition) \
                 if self.options.starting_timestamp is not None else None
             if stamp is not None:
                 found = offset_for_timestamp(store, snap, stamp)
-                offset = snap.high_watermark if found is None else found
+                offset = allowed.latest if found is None else min(found, allowed.latest)
             initial.setdefault(topic, {})[str(partition)] = offset
         return initial
 
@@ -117,9 +119,10 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for partition_text, stop in parts.items():
                 partition = int(partition_text)
                 first = (start or {}).get(topic, {}).get(partition_text, 0)
-                snap = snapshots.get((topic, partition))
-                if snap is None or first >= stop:
+                found = snapshots.get((topic, partition))
+                if found is None or first >= stop:
                     continue
+                snap, allowed = found
                 if first < snap.log_start:
                     if self.options.fail_on_data_loss:
                         raise DataLossError(
@@ -127,7 +130,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             f"(log start {snap.log_start}); set failOnDataLoss=false to skip them")
                     first = snap.log_start
                 ranges.append(KafscaleInputPartition(
-                    PartitionRange(topic, partition, first, stop, pieces_for(snap.pieces, first, stop)), self.options))
+                    partition_range(topic, partition, first, stop, snap.pieces, allowed), self.options))
         return ranges
 
     def read(self, partition):
