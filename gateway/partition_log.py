@@ -184,10 +184,13 @@ class PartitionLog:
         """read_committed consumers read below here: the oldest open transaction's first offset."""
         return self.transactions.last_stable_offset(self.high_watermark)
 
-    def restore_transactions(self, transactions: PartitionTransactions, stored_version: str | None) -> None:
+    def restore_transactions(self, transactions: PartitionTransactions, stored_version: str | None, *,
+                             changed: bool) -> None:
+        """The state rebuilt at load; ``changed``: it differs from the stored one."""
         self.transactions = transactions
         self._txn_version = stored_version
-        self._txn_changes = self._txn_persisted = 0
+        self._txn_persisted = 0
+        self._txn_changes = 1 if changed else 0
 
     def apply_view(self, view: PartitionView, producers: ProducerStates[FlushTicket]) -> None:
         self.pieces = list(view.pieces)

@@ -43,8 +43,18 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
         damage.record(partition_log.prefix, f"offsets {list(view.holes)} are in no readable piece")
     partition_log.apply_view(view, ProducerStates())
     transactions, version = await _stored_transactions(partition_log)
+    stored = (dict(transactions.open), len(transactions.aborted))
     partition_log.restore_producers(await _replay_newest(partition_log, transactions))
-    partition_log.restore_transactions(transactions, version)
+    partition_log.restore_transactions(transactions, version,
+                                       changed=(transactions.open, len(transactions.aborted)) != stored)
+    try:
+        # A transaction begun or ended in the batches after the stored state (a gateway killed
+        # between a batch and storing the state): stored now, so readers of the store (Spark)
+        # know it too.
+        await partition_log.persist_transactions()
+    except KafkaError as exc:
+        log.warning("storing the transaction state of %s failed (retried on the next change): %s",
+                    partition_log.prefix, exc)
 
 
 async def _stored_transactions(partition_log: PartitionLog) -> tuple[PartitionTransactions, str | None]:

@@ -254,3 +254,32 @@ async def test_the_cleaner_removes_aborted_records_and_leaves_open_transactions_
     assert values(await _fetch(client, "c", 0)) == [b"committed-v1", b"open-v3"]
     assert values(await _fetch(client, "c", 1)) == [b"committed-v1", b"open-v3"]
     assert logs.cleaner.stats.records_removed == 1
+
+
+async def test_a_transaction_begun_after_the_stored_state_is_found_again_at_load(nursery):
+    """As if the gateway died between storing a transaction's first batch and storing the
+    partition's transaction state: loading the partition finds the open transaction in the
+    batches after the stored state, holds the last stable offset there, and stores it."""
+    from kafscale.protocol.layout import transaction_state_key
+    from kafscale.protocol.transactions import PartitionTransactions
+
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    plain = build_batch([(None, b"before")])
+    assert (await _call(client, 0, 9, dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[dict(
+        name="t", partition_data=[dict(index=0, records=plain)])]))).responses[0].partition_responses[0].error_code == 0
+    assert (await _produce(client, "t", _txn_batch(producer, [b"open"]), "app")).error_code == ErrorCode.none
+    logs = running.context.logs
+    key = transaction_state_key("kafscale", "t", 0)
+    await logs.store.delete(key)  # the state as it was before the batch: none
+    await logs.release("t", 0)
+    reloaded = await logs.get("t", 0)
+    assert reloaded.transactions.open == {producer[0]: 1} and reloaded.last_stable_offset == 1
+    assert PartitionTransactions.decode(await logs.store.get(key)).open == {producer[0]: 1}
+    assert await _end(client, "app", producer, commit=False) == ErrorCode.none
+    answer = await _fetch(client, "t", 1)
+    assert answer.last_stable_offset == answer.high_watermark == 3
+    assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 1)]
