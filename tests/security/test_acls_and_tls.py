@@ -320,3 +320,28 @@ def test_an_authorization_check_without_a_client_session_refuses():
     assert not access.allowed_any(None, Operation.WRITE, ResourceType.TOPIC)
     client = ClientAccess(access, Session.start(Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), "127.0.0.1"))
     assert client.allowed_topic(Operation.READ, "t")  # no ACL names it, and everyone is allowed then
+
+
+def test_transactional_ids_need_write_on_the_id(secure_gateway, alice):
+    """Kafka's rules: a transactional producer needs WRITE on its TransactionalId (DESCRIBE to
+    find its coordinator), WRITE on the topics it adds; without them, its transactional id
+    is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    admin = _admin(secure_gateway)
+    for future in admin.create_acls([
+            _allow("User:alice", ResourceType.TRANSACTIONAL_ID, "alice-tx", AclOperation.WRITE)]).values():
+        future.result(10)
+    producer = Producer({**alice, "transactional.id": "alice-tx"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce("alice-data", value=b"in a transaction")
+    producer.commit_transaction(15)
+    denied = Producer({**alice, "transactional.id": "someone-elses-tx"})
+    with pytest.raises(KafkaException) as refused:
+        denied.init_transactions(15)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    producer.begin_transaction()
+    delivered = []
+    producer.produce("forbidden", value=b"not alice's topic", on_delivery=lambda err, _: delivered.append(err))
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(15)  # a partition could not be added: the transaction cannot commit
+    assert [err.code() for err in delivered] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
