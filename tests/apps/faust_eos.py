@@ -1,8 +1,14 @@
 """A Faust app (faust-streaming) in exactly-once mode (processing_guarantee="exactly_once"):
 counts words into a table whose changelog is written in the same transactions as the
-input offsets. Each word takes a couple of milliseconds (a blocking sleep: no await
-inside the loop, so an event is acknowledged before the next commit can run), so a test
-can kill it -9 mid-stream. On a "__done__" event it writes the table to $OUT (JSON)."""
+input offsets. Each word takes a couple of milliseconds, so a test can kill it -9
+mid-stream. On a "__done__" event it writes the table to $OUT (JSON).
+
+Faust 0.15's exactly-once mode is not exact across a kill, whatever the broker: it commits
+a transaction without first flushing the producer buffer where table changelog writes
+wait (``send_soon``; its non-transactional commit does flush it), and agents keep
+processing while a commit is in flight, so a changelog write can land in a transaction
+other than the one committing its input offset (docs/compatibility.md has the numbers).
+"""
 
 import json
 import os

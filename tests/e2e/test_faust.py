@@ -82,3 +82,70 @@ def test_a_faust_table_restores_from_its_cleaned_changelog(tmp_path):
             app.kill()
             app.wait()
         gateway.kill()
+
+
+EOS_APP = Path(__file__).resolve().parent.parent / "apps" / "faust_eos.py"
+
+
+def test_faust_exactly_once_mode_runs_on_transactions_and_a_killed_workers_transaction_is_aborted(tmp_path):
+    """Faust with processing_guarantee="exactly_once": one transactional producer per source
+    partition, its table changelog written in transactions, restored under read_committed.
+    A worker killed -9 mid-stream leaves a transaction open; the restarted worker's producer
+    fences it, the gateway aborts it, and nothing of it is read back by the restore."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kafscale.protocol.transactions import PartitionTransactions
+
+    gateway = GatewayProcess(tmp_path / "data").start()
+    log = tmp_path / "faust.log"
+    out = tmp_path / "eos.json"
+    rng = random.Random(3)
+    words = [f"w{rng.randrange(30)}" for _ in range(2000)]
+    app = None
+
+    def run() -> subprocess.Popen:
+        with open(log, "ab") as sink:
+            return subprocess.Popen([sys.executable, str(EOS_APP), "worker", "-l", "info"], cwd=tmp_path,
+                                    env={**os.environ, "BOOTSTRAP": gateway.bootstrap, "OUT": str(out)},
+                                    stdout=sink, stderr=subprocess.STDOUT)
+
+    changelog = "eoscount-eos-counts-changelog"
+    state = tmp_path / "data" / "kafscale" / changelog / "0" / "transactions.json"
+    try:
+        app = run()
+        _wait(lambda: "Worker ready" in log.read_text(errors="replace"), 60, "the first run ready", log)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+        for word in words:
+            producer.produce("eos-words", value=word.encode())
+        assert producer.flush(20) == 0
+        _wait(lambda: state.exists() and PartitionTransactions.decode(state.read_bytes()).end > 300, 60,
+              "transactions committed by the first run", log)
+        app.kill()  # mid-stream, inside a transaction
+        app.wait()
+        app = run()
+        _wait(lambda: "Worker ready" in log.read_text(errors="replace"), 90, "the second run ready", log)
+        producer.produce("eos-words", value=b"__done__")
+        assert producer.flush(20) == 0
+        _wait(out.exists, 90, "the second run's table", log)
+        assert "Restore complete" in log.read_text(errors="replace")
+        table = json.loads(out.read_text())
+        assert set(table) <= {f"w{i}" for i in range(30)} and sum(table.values()) > 0
+
+        aborted = PartitionTransactions.decode(state.read_bytes()).aborted
+        assert aborted, "the killed worker's transaction was aborted"
+        consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "check",
+                             "isolation.level": "read_committed", "enable.partition.eof": True})
+        consumer.assign([TopicPartition(changelog, 0, 0)])
+        offsets = []
+        while True:
+            message = consumer.poll(5)
+            if message is None or message.error():
+                break
+            offsets.append(message.offset())
+        consumer.close()
+        assert offsets and not [o for o in offsets if any(a.first_offset <= o <= a.last_offset for a in aborted)]
+    finally:
+        if app is not None:
+            app.kill()
+            app.wait()
+        gateway.kill()

@@ -122,14 +122,15 @@ def test_a_second_producer_of_an_id_fences_the_first(gateway):
     assert _read(gateway.bootstrap, "fence", 1, "read_committed", 1) == [b"successor"]
 
 
-def test_consume_transform_produce_across_a_killed_worker_writes_each_output_once(gateway):
+@pytest.mark.parametrize("app", ["txn_worker", "txn_worker_aiokafka"])
+def test_consume_transform_produce_across_a_killed_worker_writes_each_output_once(gateway, app):
     _create(gateway.bootstrap, ("in", 2), ("out", 2))
     source = Producer({"bootstrap.servers": gateway.bootstrap, "enable.idempotence": True})
     inputs = [b"record-%04d" % i for i in range(400)]
     for i, value in enumerate(inputs):
         source.produce("in", key=b"%d" % i, value=value, partition=i % 2)
     source.flush(10)
-    worker = [sys.executable, "-m", "tests.apps.txn_worker", gateway.bootstrap]
+    worker = [sys.executable, "-m", f"tests.apps.{app}", gateway.bootstrap]
     died = subprocess.run([*worker, "--die-after", "3"], timeout=120, capture_output=True)
     assert died.returncode == 9, died.stderr.decode()[-2000:]
     finished = subprocess.run(worker, timeout=180, capture_output=True)
