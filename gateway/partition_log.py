@@ -290,6 +290,8 @@ class PartitionLog:
         async with self._markers:
             self.verifying.pop(producer_id, None)
             if producer_id not in self.transactions.open:
+                if not self.writable():  # what this log knows may be stale: its new owner's answer counts
+                    raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.topic}-{self.partition} moved")
                 return False
             batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
                                            int(time.time() * 1000)))
