@@ -17,6 +17,7 @@ from . import (
     report,
     security_bench,
     spark_bench,
+    transactions_bench,
     wide_bench,
 )
 
@@ -33,6 +34,7 @@ SECTIONS = {
     "cluster": cluster_bench.run,
     "security": security_bench.run,
     "cleaner": cleaner_bench.run,
+    "transactions": transactions_bench.run,
 }
 
 

@@ -6,6 +6,7 @@ never shares a GIL with the broker under test). Prints one JSON line.
     python -m bench.load consume BOOTSTRAP TOPIC COUNT PARTITIONS
     python -m bench.load latency BOOTSTRAP TOPIC RATE SECONDS
     python -m bench.load connect BOOTSTRAP COUNT
+    python -m bench.load transactions BOOTSTRAP TOPIC SECONDS SIZE PARTITIONS TXN_MS (0: idempotent, no transactions)
 
 KAFSCALE_BENCH_CLIENT (JSON) adds librdkafka settings to every client: security.protocol,
 sasl.* and ssl.* for the security benchmark.
@@ -63,6 +64,47 @@ def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int =
     producer.flush(300)
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "messages": count, "bytes": count * size, "errors": errors}
+
+
+def transactions(bootstrap: str, topic: str, seconds: float, size: int, partitions: int, txn_ms: int) -> dict:
+    """Produce for ``seconds`` as fast as the producer goes, in transactions of ``txn_ms`` (each
+    committed; the commit's duration timed), or idempotently without transactions (0)."""
+    create(bootstrap, topic, partitions)
+    settings = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                "enable.idempotence": True, **CLIENT}
+    if txn_ms:
+        settings["transactional.id"] = f"bench-{topic}"
+    producer = Producer(settings)
+    if txn_ms:
+        producer.init_transactions(30)
+    payload = b"x" * size
+    commits: list[float] = []
+    count = 0
+    started = time.perf_counter()
+    end = started + seconds
+    while time.perf_counter() < end:
+        if txn_ms:
+            producer.begin_transaction()
+        window = time.perf_counter() + (txn_ms / 1000 if txn_ms else 0.1)
+        while time.perf_counter() < window:
+            try:
+                producer.produce(topic, value=payload, partition=count % partitions)
+                count += 1
+            except BufferError:
+                producer.poll(0.001)
+            if count % 1000 == 0:
+                producer.poll(0)
+        if txn_ms:
+            began = time.perf_counter()
+            producer.commit_transaction(60)  # flushes the transaction's records, then EndTxn
+            commits.append(time.perf_counter() - began)
+    producer.flush(300)
+    elapsed = time.perf_counter() - started
+    commits.sort()
+    return {"seconds": elapsed, "messages": count, "bytes": count * size, "transactions": len(commits),
+            "commit_p50_ms": commits[len(commits) // 2] * 1000 if commits else None,
+            "commit_p99_ms": commits[min(len(commits) - 1, int(len(commits) * 0.99))] * 1000 if commits else None}
 
 
 def consume(bootstrap: str, topic: str, count: int, partitions: int) -> dict:
@@ -175,6 +217,8 @@ def main(argv: list[str]) -> None:
         result = steady(bootstrap, topic, int(rest[0]), int(rest[1]), float(rest[2]), int(rest[3]))
     elif mode == "latency":
         result = latency(bootstrap, topic, int(rest[0]), float(rest[1]))
+    elif mode == "transactions":
+        result = transactions(bootstrap, topic, float(rest[0]), int(rest[1]), int(rest[2]), int(rest[3]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(result))

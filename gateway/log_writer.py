@@ -94,11 +94,12 @@ class LogWriter:
         """While a write in doubt is retried, appends queue up to one object's worth."""
         return self.failing is not None and self._pending_bytes >= self.flush_bytes
 
-    def mark(self, partition_log: PartitionLog, size: int) -> None:
+    def mark(self, partition_log: PartitionLog, size: int, *, urgent: bool = False) -> None:
+        """``urgent``: flush without lingering (a transaction marker: a commit waits for it)."""
         self._dirty[partition_log] = None
         self._pending_bytes += size
         self._wake.set()
-        if self._pending_bytes >= self.flush_bytes or partition_log.closing:
+        if urgent or self._pending_bytes >= self.flush_bytes or partition_log.closing:
             self._full.set()
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -109,6 +109,22 @@ class Metrics:
         ]:
             Gauge(name, text, registry=self.registry).set_function(read)
 
+    def watch_transactions(self, coordinator, markers) -> None:
+        stats = coordinator.stats
+        for name, text, read in [
+            ("kafscale_transactions_committed", "Transactions this gateway completed as committed (total)",
+             lambda: stats.committed),
+            ("kafscale_transactions_aborted", "Transactions this gateway completed as aborted (total)",
+             lambda: stats.aborted),
+            ("kafscale_transactions_timed_out", "Transactions this gateway aborted at their timeout (total)",
+             lambda: stats.timed_out),
+            ("kafscale_transaction_store_writes", "Transaction states written to the metadata store (total)",
+             lambda: stats.store_writes),
+            ("kafscale_transaction_markers_written", "Transaction markers this gateway appended (total)",
+             lambda: markers.markers_written),
+        ]:
+            Gauge(name, text, registry=self.registry).set_function(read)
+
     def watch_groups(self, groups) -> None:
         Gauge("kafscale_damaged_groups", "Groups not served because their stored state is unreadable",
               registry=self.registry).set_function(lambda: len(groups.damaged))

@@ -49,8 +49,8 @@ class Flusher(Protocol):
     @property
     def refusing(self) -> bool:
         """Whether appends are refused now (a write in doubt holds one object's worth)."""
-    def mark(self, partition_log: PartitionLog, size: int) -> None:
-        """``size`` more bytes of ``partition_log`` wait for a flush."""
+    def mark(self, partition_log: PartitionLog, size: int, *, urgent: bool = False) -> None:
+        """``size`` more bytes of ``partition_log`` wait for a flush (``urgent``: flush now)."""
 
 __all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending"]
 
@@ -205,8 +205,10 @@ class PartitionLog:
 
     # -- produce ---------------------------------------------------------------------------
 
-    def append(self, record_set: bytearray, headers: list[BatchHeader]) -> tuple[int, FlushTicket]:
-        """Assign offsets to a validated record set and queue it for the next flush.
+    def append(self, record_set: bytearray, headers: list[BatchHeader], *,
+               urgent: bool = False) -> tuple[int, FlushTicket]:
+        """Assign offsets to a validated record set and queue it for the next flush
+        (``urgent``: flushed without lingering).
 
         A retried batch of an idempotent producer is not appended again: its
         original offset and ticket are returned.
@@ -231,7 +233,7 @@ class PartitionLog:
         self._pending.record_sets.append((record_set, stamped))
         self._pending.size += len(record_set)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
-        self.writer.mark(self, len(record_set))
+        self.writer.mark(self, len(record_set), urgent=urgent)
         return base_offset, self._pending.ticket
 
     def take_pending(self) -> Pending | None:
@@ -295,7 +297,7 @@ class PartitionLog:
                 return False
             batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
                                            int(time.time() * 1000)))
-            offset, ticket = self.append(batch, split_batches(batch))
+            offset, ticket = self.append(batch, split_batches(batch), urgent=True)
             await ticket.wait()
             self.transactions.marker_appended(producer_id, offset, commit)
             self._txn_changes += 1

@@ -257,14 +257,15 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         logs = LogManager(config, store, metadata, SoleGateway(config.network.node_id, *config.network.advertised, endpoints))
         coordination = Embedded(groups)
         transaction_store = EmbeddedTransactions(store, config.storage.namespace)
-    transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id,
-                                          GatewayMarkers(logs, groups, config.network.node_id),
+    markers = GatewayMarkers(logs, groups, config.network.node_id)
+    transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id, markers,
                                           lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
                                           shared=Mode.of(config) is Mode.CLUSTER)
     try:
         access = Access(config, security, metrics)
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read sasl_plain_users_file: {exc}") from exc
+    metrics.watch_transactions(transactions, markers)
     return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination, transactions)
 
 

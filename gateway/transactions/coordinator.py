@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
@@ -24,7 +25,7 @@ from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
 
 from .store import ABSENT, StoredTransaction, TransactionChanged, TransactionStore
 
-__all__ = ["MarkerWriter", "TransactionCoordinator", "MAX_TIMEOUT_MS"]
+__all__ = ["MarkerWriter", "TransactionCoordinator", "TransactionStats", "MAX_TIMEOUT_MS"]
 
 log = logging.getLogger("kafscale.transactions")
 
@@ -44,6 +45,14 @@ class MarkerWriter(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class TransactionStats:
+    store_writes: int = 0  # guarded writes of transaction states that landed
+    committed: int = 0  # transactions this gateway completed, by outcome
+    aborted: int = 0
+    timed_out: int = 0  # aborted by this gateway at their timeout
+
+
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
@@ -58,6 +67,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self._shared = shared
         self._unfinished: dict[str, Transaction] = {}  # alone: ongoing or prepared, as last written
+        self.stats = TransactionStats()
 
     def now_ms(self) -> int:
         return self._clock_ms()
@@ -88,6 +98,12 @@ class TransactionCoordinator:
                 await self._store.put(wanted, stored.version if stored else ABSENT)
             except TransactionChanged:
                 continue
+            self.stats.store_writes += 1
+            if not wanted.state.preparing and stored is not None and stored.transaction.state.preparing:
+                if wanted.state == TxnState.COMPLETE_COMMIT:
+                    self.stats.committed += 1
+                else:
+                    self.stats.aborted += 1
             self._written(wanted)
             return wanted
         raise KafkaError(ErrorCode.concurrent_transactions, f"{transactional_id!r} keeps changing; retry")
@@ -209,6 +225,7 @@ class TransactionCoordinator:
 
         changed = await self._change(transactional_id, step)
         if changed is not None and changed.state == TxnState.PREPARE_ABORT:
+            self.stats.timed_out += 1
             log.info("transaction of %r timed out after %d ms: aborted", transactional_id, changed.timeout_ms)
             await self.complete(transactional_id)
 

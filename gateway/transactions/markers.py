@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.transactions import Transaction, TxnState
 
@@ -28,6 +30,7 @@ class GatewayMarkers:
         self._logs = logs
         self._groups = groups
         self._node_id = node_id
+        self.markers_written = 0
 
     def coordinates(self, transactional_id: str) -> bool:
         broker = self._logs.ownership.coordinator(transactional_id)
@@ -36,21 +39,28 @@ class GatewayMarkers:
     async def finish(self, transaction: Transaction) -> tuple[set[tuple[str, int]], set[str]]:
         commit = transaction.state == TxnState.PREPARE_COMMIT
         partitions: set[tuple[str, int]] = set()
+        mine: list[tuple[str, int]] = []
         for topic, partition in sorted(transaction.partitions - transaction.partitions_done):
             info = self._logs.topics().get(topic)
             if info is None or partition >= info.partitions:
                 partitions.add((topic, partition))  # deleted with its data: nothing to mark
-                continue
-            if not self._logs.ownership.owns(topic, partition):
-                continue
+            elif self._logs.ownership.owns(topic, partition):
+                mine.append((topic, partition))
+
+        async def mark(topic: str, partition: int) -> None:
             try:
                 partition_log = await self._logs.get(topic, partition)
-                await partition_log.write_marker(transaction.producer_id, transaction.producer_epoch, commit)
+                if await partition_log.write_marker(transaction.producer_id, transaction.producer_epoch, commit):
+                    self.markers_written += 1
             except KafkaError as exc:  # moving, or the store failing: the next sweep tries again
                 log.info("marker of %r on %s-%d not written yet: %s", transaction.transactional_id, topic,
                          partition, exc)
-                continue
+                return
             partitions.add((topic, partition))
+
+        async with trio.open_nursery() as nursery:  # the markers share one log object
+            for topic, partition in mine:
+                nursery.start_soon(mark, topic, partition)
         groups: set[str] = set()
         for group_id in sorted(transaction.group_ids - transaction.groups_done):
             try:

@@ -75,6 +75,8 @@ def test_committed_records_are_read_and_aborted_ones_only_by_read_uncommitted(ga
     assert len(committed) == 150 and all(v.startswith(b"commit") for v in committed)
     everything = _read(gateway.bootstrap, "tx", 3, "read_uncommitted", 300)
     assert len(everything) == 300
+    assert (gateway.metric("kafscale_transactions_committed"), gateway.metric("kafscale_transactions_aborted"),
+            gateway.metric("kafscale_transaction_markers_written")) == (3, 3, 18)
 
     gateway.kill()  # kill -9: what read_committed sees is rebuilt from storage
     gateway.start()
