@@ -132,14 +132,13 @@ async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
                 first_batches.append((key, target, header))
     if not first_batches:
         return checks
+    unavailable: KafkaError | None = None
+    transaction = None
     try:
         transaction = await ctx.transactions.state(transactional_id)
     except Exception as exc:  # the metadata store is unreachable: nothing is appended unchecked
         log.warning("cannot check transaction %r: %s", transactional_id, exc)
-        transaction = None
         unavailable = KafkaError(ErrorCode.coordinator_not_available, f"transaction state unreadable: {exc}")
-    else:
-        unavailable = None
     for key, target, header in first_batches:
         if unavailable is not None:
             refusal = unavailable
@@ -154,7 +153,9 @@ async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
                                  f"{key[0]}-{key[1]} is not in an ongoing transaction of {transactional_id!r}")
         else:
             continue
-        checks[key].done(target)
+        verified = checks[key]
+        assert isinstance(verified, VerifiedBatch)  # first batches are the ones given a guard above
+        verified.done(target)
         checks[key] = refusal
     return checks
 

@@ -83,10 +83,12 @@ async def _add_partitions(ctx: RequestContext, request: Request, transactional_i
     try:
         if verify_only:
             current = await ctx.transactions.state(transactional_id)
-            ongoing = current is not None and current.state == TxnState.ONGOING \
-                and (current.producer_id, current.producer_epoch) == (producer_id, producer_epoch)
-            return {name: [(p, ErrorCode.none if ongoing and (name, p) in current.partitions
-                            else ErrorCode.invalid_txn_state) for p in parts] for name, parts in topics.items()}
+            holding: frozenset[tuple[str, int]] = frozenset()
+            if current is not None and current.state == TxnState.ONGOING \
+                    and (current.producer_id, current.producer_epoch) == (producer_id, producer_epoch):
+                holding = current.partitions
+            return {name: [(p, ErrorCode.none if (name, p) in holding else ErrorCode.invalid_txn_state)
+                           for p in parts] for name, parts in topics.items()}
         await ctx.transactions.add_partitions(transactional_id, producer_id, producer_epoch, wanted)
         code = ErrorCode.none
     except KafkaError as exc:

@@ -3,7 +3,6 @@ consumers, a restart between (kill -9), a transaction left open across a restart
 timeout aborts, zombie fencing, and a consume-transform-produce worker killed midway that
 still writes exactly one output per input."""
 
-import signal
 import subprocess
 import sys
 import time

@@ -100,7 +100,8 @@ def _read_confluent(bootstrap, topic, committed):
 
 
 def _read_kafka_python(bootstrap, topic, committed):
-    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
                              isolation_level="read_committed" if committed else "read_uncommitted",
@@ -113,7 +114,8 @@ def _read_kafka_python(bootstrap, topic, committed):
 
 
 def _read_aiokafka(bootstrap, topic, committed):
-    from aiokafka import AIOKafkaConsumer, TopicPartition as ATopicPartition
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATopicPartition
 
     async def read():
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",

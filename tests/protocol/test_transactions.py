@@ -10,12 +10,12 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.records import build_batch, split_batches
 from kafscale.protocol.transactions import (
     MAX_EPOCH,
+    AbortedBatches,
     AbortedTxn,
     PartitionTransactions,
+    PendingOffset,
     Transaction,
     TxnState,
-    AbortedBatches,
-    PendingOffset,
     last_stable_offset,
     marker_batch,
     read_marker,
