@@ -167,6 +167,7 @@ class PartitionLog:
         self._txn_persisting = trio.Lock()
         self._txn_version: str | None = None  # of the stored state this owner last read or wrote
         self._owner_token = uuid.uuid4().hex  # makes this owner's stored states its own
+        self.open_since: dict[int, float] = {}  # trio time each open transaction was first seen here
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -181,8 +182,9 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """read_committed consumers read below here: the oldest open transaction's first offset."""
-        return self.transactions.last_stable_offset(self.high_watermark)
+        """read_committed consumers read below here: the oldest open transaction's first offset
+        (never below the log start: retention or DeleteRecords may remove its first records)."""
+        return max(self.transactions.last_stable_offset(self.high_watermark), self.log_start_offset)
 
     def restore_transactions(self, transactions: PartitionTransactions, stored_version: str | None, *,
                              changed: bool) -> None:
@@ -191,6 +193,7 @@ class PartitionLog:
         self._txn_version = stored_version
         self._txn_persisted = 0
         self._txn_changes = 1 if changed else 0
+        self.open_since = dict.fromkeys(transactions.open, trio.current_time())
 
     def apply_view(self, view: PartitionView, producers: ProducerStates[FlushTicket]) -> None:
         self.pieces = list(view.pieces)
@@ -230,6 +233,7 @@ class PartitionLog:
             self.producers.record(header, self._pending.ticket)
             if header.is_transactional and not header.is_control and self.transactions.appended(header):
                 self._txn_changes += 1  # stored before the batch is acknowledged (persist_transactions)
+                self.open_since[header.producer_id] = trio.current_time()
         self._pending.record_sets.append((record_set, stamped))
         self._pending.size += len(record_set)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -264,6 +268,7 @@ class PartitionLog:
         pending.ticket.finish(error)
         self.producers.discard_from(self.high_watermark)
         self.transactions.discard_from(self.high_watermark)
+        self.open_since = {pid: since for pid, since in self.open_since.items() if pid in self.transactions.open}
         if self._pending is not None:
             self._pending.ticket.finish(error)
             self._pending = None
@@ -300,6 +305,7 @@ class PartitionLog:
             offset, ticket = self.append(batch, split_batches(batch), urgent=True)
             await ticket.wait()
             self.transactions.marker_appended(producer_id, offset, commit)
+            self.open_since.pop(producer_id, None)
             self._txn_changes += 1
         await self.persist_transactions()
         return True

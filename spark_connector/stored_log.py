@@ -132,7 +132,7 @@ def readable(store: ObjectStore, namespace: str, topic: str, partition: int, sna
     except ValueError as exc:
         raise CorruptSegmentError(f"{key} is unreadable ({exc}): read_committed cannot tell aborted records") \
             from exc
-    stable = state.last_stable_offset(snap.high_watermark)
+    stable = max(state.last_stable_offset(snap.high_watermark), snap.log_start)
     return Readable(stable, tuple(e for e in state.aborted if e.last_offset >= snap.log_start))
 
 

@@ -44,6 +44,11 @@ class MarkerWriter(Protocol):
         """Whether this gateway coordinates ``transactional_id`` (it aborts it on timeout)."""
         ...
 
+    async def abort_orphans(self, live_producers: set[int], older_than_s: float) -> int:
+        """Abort transactions open in this gateway's partitions longer than ``older_than_s``
+        whose producer has no unfinished transaction; the markers written."""
+        ...
+
 
 @dataclass(slots=True)
 class TransactionStats:
@@ -93,6 +98,8 @@ class TransactionCoordinator:
             if wanted is None:
                 if stored is not None:
                     self._written(stored.transaction)
+                else:
+                    self._unfinished.pop(transactional_id, None)
                 return stored.transaction if stored else None
             try:
                 await self._store.put(wanted, stored.version if stored else ABSENT)
@@ -201,7 +208,8 @@ class TransactionCoordinator:
         dead or remote coordinator left), and abort the transactions it coordinates that are
         past their timeout."""
         now = self._clock_ms()
-        for transaction in await self.unfinished():
+        unfinished = await self.unfinished()
+        for transaction in unfinished:
             try:
                 if transaction.state.preparing:
                     await self.complete(transaction.transactional_id)
@@ -209,6 +217,9 @@ class TransactionCoordinator:
                     await self._abort_expired(transaction.transactional_id, now)
             except KafkaError as exc:  # e.g. a partition moving; the next sweep tries again
                 log.info("transaction %r not finished yet: %s", transaction.transactional_id, exc)
+        # A transaction still open in a partition twice the longest timeout after it was seen
+        # there, with no unfinished transaction of its producer: its end was lost.
+        await self._markers.abort_orphans({t.producer_id for t in unfinished}, 2 * self.max_timeout_ms / 1000)
 
     async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
         """See :meth:`TransactionStore.watch_prepared`."""

@@ -32,6 +32,30 @@ class GatewayMarkers:
         self._node_id = node_id
         self.markers_written = 0
 
+    async def abort_orphans(self, live_producers: set[int], older_than_s: float) -> int:
+        """Abort, in the partitions this gateway owns, transactions open longer than
+        ``older_than_s`` whose producer has no unfinished transaction at the coordinator
+        (its record lost or restored from an older backup): so no last stable offset stalls
+        forever. Returns the markers written."""
+        now = trio.current_time()
+        written = 0
+        for partition_log in self._logs.loaded():
+            if not partition_log.writable():
+                continue
+            for producer_id, since in list(partition_log.open_since.items()):
+                if producer_id in live_producers or now - since < older_than_s:
+                    continue
+                log.warning("%s-%d: producer %d's transaction has been open %.0f s with no unfinished transaction "
+                            "at the coordinator: aborted", partition_log.topic, partition_log.partition,
+                            producer_id, now - since)
+                try:
+                    written += await partition_log.write_marker(producer_id, 0, commit=False)
+                except KafkaError as exc:
+                    log.info("aborting producer %d's transaction on %s-%d failed: %s", producer_id,
+                             partition_log.topic, partition_log.partition, exc)
+        self.markers_written += written
+        return written
+
     def coordinates(self, transactional_id: str) -> bool:
         broker = self._logs.ownership.coordinator(transactional_id)
         return broker is not None and broker.node_id == self._node_id

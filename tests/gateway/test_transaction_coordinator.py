@@ -30,6 +30,9 @@ class RecordedMarkers:
     def coordinates(self, transactional_id: str) -> bool:
         return True
 
+    async def abort_orphans(self, live_producers, older_than_s) -> int:
+        return 0
+
 
 @pytest.fixture
 def parts():

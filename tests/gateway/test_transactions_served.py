@@ -3,6 +3,7 @@ produce to a partition not in the transaction (KIP-890), stale epochs, foreign p
 forged markers, verify-only batches, unstable offsets, and what the admin APIs describe."""
 
 import pytest
+import trio
 
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
@@ -283,3 +284,27 @@ async def test_a_transaction_begun_after_the_stored_state_is_found_again_at_load
     answer = await _fetch(client, "t", 1)
     assert answer.last_stable_offset == answer.high_watermark == 3
     assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 1)]
+
+
+async def test_a_transaction_whose_coordinator_record_is_lost_does_not_hold_the_lso_forever(nursery):
+    """A partition's open transaction whose producer has no unfinished transaction at the
+    coordinator (its record lost, or restored from an older backup) is aborted by the sweep
+    twice transaction_max_timeout_ms after it was seen open."""
+    running, _ = await start_gateway(nursery, transaction_max_timeout_ms=100)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app", timeout_ms=100)
+    await _add(client, "app", producer, {"t": [0]})
+    assert (await _produce(client, "t", _txn_batch(producer, [b"orphan"]), "app")).error_code == ErrorCode.none
+    coordinator = running.context.transactions
+    store = running.context.logs.store
+    for item in await store.list("kafscale/~meta/transactions/"):
+        await store.delete(item.key)  # the coordinator's record is gone
+    await coordinator.load()
+    await coordinator.sweep()
+    assert (await _fetch(client, "t", 1)).last_stable_offset == 0  # not yet: seen open only just now
+    await trio.sleep(0.25)
+    await coordinator.sweep()
+    answer = await _fetch(client, "t", 1)
+    assert answer.last_stable_offset == answer.high_watermark == 2
+    assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 0)]
