@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from . import baseline, report
@@ -79,6 +80,14 @@ class Broker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def metric(self, name: str) -> float:
+        """One unlabelled series of the broker's /metrics (0 while absent)."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return 0.0
 
     def cpu_seconds(self) -> tuple[float, float]:
         """(user, system) CPU seconds of the broker process so far."""

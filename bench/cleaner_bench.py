@@ -8,7 +8,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import urllib.request
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
@@ -16,8 +15,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafscale.protocol.cleaning import KeyMap, key_digest
 
 from . import report
-from .broker_bench import Broker, _free_port, _load
-from .objects_bench import PROXY, _delta, counted_s3_gateway
+from .broker_bench import Broker, _load
+from .objects_bench import _delta, on_each_store
 
 RECORDS, KEYS, SIZE, PARTITIONS = 1_000_000, 100_000, 100, 3
 TARGET_MB_S = 10.0
@@ -37,14 +36,6 @@ def key_map_bytes_per_key(keys: int = 200_000, *, native: bool = True) -> float:
     return used / keys
 
 
-def _metric(http_port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def _wait(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -54,7 +45,7 @@ def _wait(condition, timeout: float, what: str) -> None:
 
 
 def measure(broker: Broker, counter) -> dict:
-    bootstrap, http = broker.bootstrap, broker.http_port
+    bootstrap, metric = broker.bootstrap, broker.metric
     admin = AdminClient({"bootstrap.servers": bootstrap})
     # Held back by min.compaction.lag.ms while produced, so the cleaner's work is measured alone.
     admin.create_topics([NewTopic("compacted", PARTITIONS, 1, config={
@@ -63,21 +54,21 @@ def measure(broker: Broker, counter) -> dict:
     deleted = _load("produce", bootstrap, "deleted", RECORDS, SIZE, PARTITIONS, KEYS)
     compacted = _load("produce", bootstrap, "compacted", RECORDS, SIZE, PARTITIONS, KEYS)
     # Compacted into segments (the writer's newest log object always stays).
-    _wait(lambda: _metric(http, "kafscale_compaction_backlog_objects") <= 1, 300, "compaction done")
+    _wait(lambda: metric("kafscale_compaction_backlog_objects") <= 1, 300, "compaction done")
     time.sleep(2)
     before_requests, (user, system) = counter.counts(), broker.cpu_seconds()
-    before = {name: _metric(http, f"kafscale_cleaner_{name}") for name in
+    before = {name: metric(f"kafscale_cleaner_{name}") for name in
               ("passes", "bytes_read", "records_removed", "seconds", "segments_rewritten")}
     resource = ConfigResource("topic", "compacted", incremental_configs=[
         ConfigEntry("min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(30)
     started = time.monotonic()
     superseded = RECORDS - KEYS
-    _wait(lambda: _metric(http, "kafscale_cleaner_records_removed") - before["records_removed"] >= superseded, 900,
+    _wait(lambda: metric("kafscale_cleaner_records_removed") - before["records_removed"] >= superseded, 900,
           "the topic cleaned")
     wall = time.monotonic() - started
     user2, system2 = broker.cpu_seconds()
-    after = {name: _metric(http, f"kafscale_cleaner_{name}") - before[name] for name in before}
+    after = {name: metric(f"kafscale_cleaner_{name}") - before[name] for name in before}
     requests = _delta(counter.counts(), before_requests)
     cpu = user2 + system2 - user - system
     return {"produce_delete": deleted, "produce_compact": compacted, "cpu": cpu, "wall": wall,
@@ -101,27 +92,13 @@ def run() -> None:
     rows = []
     per_key, per_key_dict = key_map_bytes_per_key(), key_map_bytes_per_key(native=False)
     print(f"key map: {per_key:.0f} bytes per key (C table), {per_key_dict:.0f} (dict)")
-    command = [sys.executable, "-m", "kafscale.gateway.cli"]
+    command = [sys.executable, "-m", "kafscale.gateway.cli", "--compaction-delay-ms", "2000",
+               "--cleaner-backoff-ms", "500"]
     name = f"kafscale {report.commit()}"
-    settings = ["--compaction-delay-ms", "2000", "--cleaner-backoff-ms", "500", "--log-level", "WARNING"]
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        data = workdir / "data"
-        data.mkdir()
-        port, http_port = _free_port(), _free_port()
-
-        class _Files:  # requests are not counted on the filesystem
-            def counts(self) -> dict:
-                return {}
-
-        with Broker(name, [*command, "--port", str(port), "--http-port", str(http_port), "--storage", str(data),
-                           *settings], port, workdir, http_port, None) as broker:
-            rows.append(_row(name, "filesystem", measure(broker, _Files())))
+        for store, result in on_each_store(Path(tmp), "clean", name, command, measure):
+            rows.append(_row(name, store, result))
             print(" | ".join(rows[-1]))
-        if PROXY.exists():
-            with counted_s3_gateway(workdir, "clean", name, [*command, *settings], None) as (broker, counter):
-                rows.append(_row(name, "S3 (SeaweedFS)", measure(broker, counter)))
-                print(" | ".join(rows[-1]))
     report.save(
         "60-cleaner",
         "The log cleaner: throughput per core, requests per pass, produce on a compacted topic",

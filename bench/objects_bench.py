@@ -89,6 +89,29 @@ def counted_s3_gateway(workdir: Path, tag: str, name: str, command: list[str], e
         weed.stop()
 
 
+class NotCounted:
+    """The filesystem: its requests are not counted."""
+
+    def counts(self) -> dict:
+        return {}
+
+
+def on_each_store(workdir: Path, tag: str, name: str, command: list[str], measure) -> list[tuple[str, object]]:
+    """``measure(broker, counter)`` on a gateway over the filesystem, then (when the counting
+    proxy is there) over S3 (SeaweedFS) with its requests counted: [(store, result)]."""
+    results: list[tuple[str, object]] = []
+    data = workdir / f"{tag}-data"
+    data.mkdir()
+    port, http_port = _free_port(), _free_port()
+    with Broker(name, [*command, "--port", str(port), "--http-port", str(http_port), "--storage", str(data),
+                       "--log-level", "WARNING"], port, workdir, http_port, None) as broker:
+        results.append(("filesystem", measure(broker, NotCounted())))
+    if PROXY.exists():
+        with counted_s3_gateway(workdir, tag, name, command, None) as (broker, counter):
+            results.append(("S3 (SeaweedFS)", measure(broker, counter)))
+    return results
+
+
 def _delta(after: dict, before: dict) -> dict:
     return {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
 

@@ -7,32 +7,23 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
 from . import report
-from .broker_bench import Broker, _free_port, _load
-from .objects_bench import PROXY, _delta, counted_s3_gateway
+from .broker_bench import Broker, _load
+from .objects_bench import _delta, on_each_store
 
 SECONDS, SIZE, PARTITIONS, TXN_MS = 20, 100, 3, 100
 TARGET = 0.8
 
 
-def _metric(http_port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def measure(broker: Broker, counter) -> dict:
     idempotent = _load("transactions", broker.bootstrap, "idempotent", SECONDS, SIZE, PARTITIONS, 0)
-    writes_before = _metric(broker.http_port, "kafscale_transaction_store_writes")
+    writes_before = broker.metric("kafscale_transaction_store_writes")
     requests_before = counter.counts()
     transactional = _load("transactions", broker.bootstrap, "transactional", SECONDS, SIZE, PARTITIONS, TXN_MS)
     requests = _delta(counter.counts(), requests_before)
-    writes = _metric(broker.http_port, "kafscale_transaction_store_writes") - writes_before
+    writes = broker.metric("kafscale_transaction_store_writes") - writes_before
     return {"idempotent": idempotent, "transactional": transactional, "store_writes": writes,
             "requests": requests}
 
@@ -53,23 +44,9 @@ def run() -> None:
     command = [sys.executable, "-m", "kafscale.gateway.cli"]
     name = f"kafscale {report.commit()}"
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        data = workdir / "data"
-        data.mkdir()
-        port, http_port = _free_port(), _free_port()
-
-        class _Files:  # requests are not counted on the filesystem
-            def counts(self) -> dict:
-                return {}
-
-        with Broker(name, [*command, "--port", str(port), "--http-port", str(http_port), "--storage", str(data),
-                           "--log-level", "WARNING"], port, workdir, http_port, None) as broker:
-            rows.append(_row(name, "filesystem", measure(broker, _Files())))
+        for store, result in on_each_store(Path(tmp), "txn", name, command, measure):
+            rows.append(_row(name, store, result))
             print(" | ".join(rows[-1]))
-        if PROXY.exists():
-            with counted_s3_gateway(workdir, "txn", name, command, None) as (broker, counter):
-                rows.append(_row(name, "S3 (SeaweedFS)", measure(broker, counter)))
-                print(" | ".join(rows[-1]))
     report.save(
         "70-transactions",
         "Transactions: transactional next to idempotent produce, commit latency, cost per transaction",
