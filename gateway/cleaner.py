@@ -152,9 +152,9 @@ class _Pass:
 async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolicy, budget: int, now_ms: int,
                stats: CleanerStats) -> _Pass:
     work = _Pass(KeyMap(budget), first_dirty, partition_log.log_start_offset,
-                 AbortedBatches(partition_log.transactions.aborted))
+                 AbortedBatches(partition_log.transactions.state.aborted))
     youngest_allowed = now_ms - policy.min_compaction_lag_ms
-    stable = partition_log.last_stable_offset
+    stable = partition_log.transactions.last_stable_offset
     for piece in _segments(partition_log):
         if piece.last_offset < first_dirty:
             work.stop = piece.last_offset + 1

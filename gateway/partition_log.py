@@ -8,15 +8,14 @@ object is durable the tickets complete and the high watermark moves, so
 acknowledged means durable and only durable data is served. The stored log is a
 list of pieces (:mod:`kafscale.protocol.log_view`): compacted segments, then
 entries in log objects. Loading it is :mod:`.recovery`'s job, compaction
-:mod:`.compaction`'s, timestamp lookups :mod:`.timestamps`'s.
+:mod:`.compaction`'s, timestamp lookups :mod:`.timestamps`'s; its transactions are
+kept by its :class:`~.partition_transactions.TransactionBook`.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,14 +27,14 @@ from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
 from kafscale.protocol.layout import index_key, partition_prefix, transaction_state_key
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, StoredSegment, pieces_from
-from kafscale.protocol.records import BatchHeader, restamp, salvage_batches, split_batches
+from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
 from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
-from kafscale.protocol.transactions import PartitionTransactions, marker_batch
-from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound, StorageError
+from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from . import stored_log
 from .cache import ByteLRU
 from .damage import DamageReport
+from .partition_transactions import TransactionBook
 from .producers import ProducerStates
 from .storage import AsyncStore
 
@@ -158,16 +157,7 @@ class PartitionLog:
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
-        self.transactions = PartitionTransactions()
-        # Producers whose transaction is being verified for a first batch here (KIP-890): a
-        # marker written meanwhile takes the guard away, so the batch cannot follow it.
-        self.verifying: dict[int, object] = {}
-        self._markers = trio.Lock()
-        self._txn_changes = self._txn_persisted = 0
-        self._txn_persisting = trio.Lock()
-        self._txn_version: str | None = None  # of the stored state this owner last read or wrote
-        self._owner_token = uuid.uuid4().hex  # makes this owner's stored states its own
-        self.open_since: dict[int, float] = {}  # trio time each open transaction was first seen here
+        self.transactions = TransactionBook(store, transaction_state_key(settings.namespace, topic, partition), self)
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -179,21 +169,6 @@ class PartitionLog:
     def reconfigure(self, settings: LogSettings) -> None:
         """New topic settings (e.g. segment.bytes) apply from the next compaction."""
         self.settings = settings
-
-    @property
-    def last_stable_offset(self) -> int:
-        """read_committed consumers read below here: the oldest open transaction's first offset
-        (never below the log start: retention or DeleteRecords may remove its first records)."""
-        return max(self.transactions.last_stable_offset(self.high_watermark), self.log_start_offset)
-
-    def restore_transactions(self, transactions: PartitionTransactions, stored_version: str | None, *,
-                             changed: bool) -> None:
-        """The state rebuilt at load; ``changed``: it differs from the stored one."""
-        self.transactions = transactions
-        self._txn_version = stored_version
-        self._txn_persisted = 0
-        self._txn_changes = 1 if changed else 0
-        self.open_since = dict.fromkeys(transactions.open, trio.current_time())
 
     def apply_view(self, view: PartitionView, producers: ProducerStates[FlushTicket]) -> None:
         self.pieces = list(view.pieces)
@@ -231,9 +206,7 @@ class PartitionLog:
             self._pending = Pending([], 0, FlushTicket())
         for header in stamped:
             self.producers.record(header, self._pending.ticket)
-            if header.is_transactional and not header.is_control and self.transactions.appended(header):
-                self._txn_changes += 1  # stored before the batch is acknowledged (persist_transactions)
-                self.open_since[header.producer_id] = trio.current_time()
+            self.transactions.appended(header)
         self._pending.record_sets.append((record_set, stamped))
         self._pending.size += len(record_set)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -267,8 +240,7 @@ class PartitionLog:
         self._in_writer -= 1
         pending.ticket.finish(error)
         self.producers.discard_from(self.high_watermark)
-        self.transactions.discard_from(self.high_watermark)
-        self.open_since = {pid: since for pid, since in self.open_since.items() if pid in self.transactions.open}
+        self.transactions.not_written(self.high_watermark)
         if self._pending is not None:
             self._pending.ticket.finish(error)
             self._pending = None
@@ -285,61 +257,6 @@ class PartitionLog:
         if self._pending is not None:
             self.writer.mark(self, 0)
         await self._idle.wait()
-
-    # -- transactions ----------------------------------------------------------------------
-
-    async def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
-                           coordinator_epoch: int = 0) -> bool:
-        """Append the COMMIT or ABORT marker of ``producer_id``'s open transaction, durably,
-        and store the partition's transaction state; ``False`` when it has none open here
-        (its marker is already written, or it never wrote a batch here): a marker is
-        written once per transaction, whoever asks and however often."""
-        async with self._markers:
-            self.verifying.pop(producer_id, None)
-            if producer_id not in self.transactions.open:
-                if not self.writable():  # what this log knows may be stale: its new owner's answer counts
-                    raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.topic}-{self.partition} moved")
-                return False
-            batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
-                                           int(time.time() * 1000)))
-            offset, ticket = self.append(batch, split_batches(batch), urgent=True)
-            await ticket.wait()
-            self.transactions.marker_appended(producer_id, offset, commit)
-            self.open_since.pop(producer_id, None)
-            self._txn_changes += 1
-        await self.persist_transactions()
-        return True
-
-    async def persist_transactions(self) -> None:
-        """Store the partition's transaction state if it changed (a transaction began here,
-        or a marker was written): a conditional write on the version this owner read, so a
-        former owner's late write can never replace a newer owner's."""
-        if self._txn_persisted >= self._txn_changes:
-            return
-        async with self._txn_persisting:
-            wanted = self._txn_changes
-            if self._txn_persisted >= wanted:
-                return
-            if not self.writable():
-                raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.topic}-{self.partition} moved")
-            key = transaction_state_key(self.settings.namespace, self.topic, self.partition)
-            data = self.transactions.encode(self.log_start_offset, self.high_watermark, self._owner_token)
-            try:
-                if self._txn_version is None:
-                    await self.store.put_if_absent(key, data)
-                else:
-                    await self.store.put_if_unchanged(key, data, self._txn_version)
-                stored, version = await self.store.get_versioned(key)
-            except (ObjectExists, ObjectChanged, ObjectNotFound):
-                stored, version = b"", None
-            except StorageError as exc:
-                raise KafkaError(ErrorCode.kafka_storage_error, f"storing {key}: {exc}") from exc
-            if stored != data:
-                self.fence()
-                raise KafkaError(ErrorCode.not_leader_or_follower,
-                                 f"another gateway wrote {key}: {self.topic}-{self.partition} moved")
-            self._txn_version = version
-            self._txn_persisted = wanted
 
     # -- pieces ----------------------------------------------------------------------------
 

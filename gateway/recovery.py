@@ -45,13 +45,13 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
     transactions, version = await _stored_transactions(partition_log)
     stored = (dict(transactions.open), len(transactions.aborted))
     partition_log.restore_producers(await _replay_newest(partition_log, transactions))
-    partition_log.restore_transactions(transactions, version,
+    partition_log.transactions.restore(transactions, version,
                                        changed=(transactions.open, len(transactions.aborted)) != stored)
     try:
         # A transaction begun or ended in the batches after the stored state (a gateway killed
         # between a batch and storing the state): stored now, so readers of the store (Spark)
         # know it too.
-        await partition_log.persist_transactions()
+        await partition_log.transactions.persist()
     except KafkaError as exc:
         log.warning("storing the transaction state of %s failed (retried on the next change): %s",
                     partition_log.prefix, exc)

@@ -122,7 +122,7 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             logs.append(partition_log)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
-            stable = partition_log.last_stable_offset
+            stable = partition_log.transactions.last_stable_offset
             records = b""
             want = min(max(part.partition_max_bytes, 0), max_bytes - total)
             # Reserve before reading, so concurrent fetches see each other's share at once;
@@ -148,7 +148,7 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             aborted = None
             if committed_only and records:
                 aborted = [dict(producer_id=entry.producer_id, first_offset=entry.first_offset)
-                           for entry in partition_log.transactions.aborted_between(part.fetch_offset, stable)]
+                           for entry in partition_log.transactions.state.aborted_between(part.fetch_offset, stable)]
             partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records, stable,
                                          aborted))
         responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))

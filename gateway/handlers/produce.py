@@ -99,11 +99,12 @@ class VerifiedBatch:
             self.refusal = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
                                       "transactional batches of its producer")
             return False
-        return self.producer_id in target.transactions.open or target.verifying.get(self.producer_id) is self.guard
+        book = target.transactions
+        return self.producer_id in book.state.open or book.verifying.get(self.producer_id) is self.guard
 
     def done(self, target: PartitionLog) -> None:
-        if target.verifying.get(self.producer_id) is self.guard:
-            del target.verifying[self.producer_id]
+        if target.transactions.verifying.get(self.producer_id) is self.guard:
+            del target.transactions.verifying[self.producer_id]
 
 
 async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
@@ -127,8 +128,8 @@ async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
                 continue
             guard = object()
             checks[key] = VerifiedBatch(header.producer_id, guard)
-            if header.producer_id not in target.transactions.open:
-                target.verifying[header.producer_id] = guard
+            if header.producer_id not in target.transactions.state.open:
+                target.transactions.verifying[header.producer_id] = guard
                 first_batches.append((key, target, header))
     if not first_batches:
         return checks
@@ -287,7 +288,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 else:
                     await ticket.wait()
                 if transactional_id is not None:
-                    await target.persist_transactions()  # a transaction begun here is known before its ack
+                    await target.transactions.persist()  # a transaction begun here is known before its ack
             except KafkaError as exc:
                 results[key] = _partition(index, exc.code, message=str(exc))
             else:

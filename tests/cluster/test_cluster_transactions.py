@@ -1,18 +1,21 @@
 """Transactions across a cluster: a transaction's partitions are owned by different
 gateways, each writes its own markers. While a producer commits and aborts transactions
 that span every partition, the transaction coordinator is killed -9, a partition owner is
-killed -9, and the coordinator is paused past its lease; afterwards every transaction is
-wholly visible or wholly invisible to read_committed consumers, as its client was told."""
+killed -9, and the coordinator is paused past its lease, twice over; afterwards every
+transaction is wholly visible or wholly invisible, as its client was told, to
+read_committed consumers and to Spark reading the bucket."""
 
 import signal
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.gateway.groups.store import slot_of
 from tests.cluster.conftest import LEASE_MS, wait_until
+from tests.support.spark import spark_session
 
 PARTITIONS = 6
 TRANSACTIONAL_ID = "ledger-writer"
@@ -110,7 +113,13 @@ def _stable_everywhere(bootstrap: str) -> bool:
         plain.close()
 
 
-def test_every_transaction_is_wholly_committed_or_wholly_aborted_across_kills_and_pauses(cluster):
+@pytest.fixture(scope="module")
+def spark():
+    pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
+    yield from spark_session("kafscale-cluster-transactions")
+
+
+def test_every_transaction_is_wholly_committed_or_wholly_aborted_across_kills_and_pauses(cluster, spark):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("ledger", PARTITIONS, 1)])["ledger"].result(15)
     owners = cluster.wait_owned("ledger", PARTITIONS, {0, 1, 2})
@@ -127,36 +136,39 @@ def test_every_transaction_is_wholly_committed_or_wholly_aborted_across_kills_an
         wait_until(lambda: committed_so_far() >= start + more, 90,
                    lambda: f"no progress: {writer.outcomes}, failures {writer.failures[-5:]}")
 
+    def coordinator() -> int:
+        return cluster.coordinator_of_slot(slot_of(TRANSACTIONAL_ID, 16), {0, 1, 2})
+
     try:
         progress(5)
-        coordinator = cluster.coordinator_of_slot(slot_of(TRANSACTIONAL_ID, 16), {0, 1, 2})
-        victim = cluster.gateways[coordinator]
-        victim.kill()  # the coordinator, mid-way through some transaction
-        progress(3)
-        victim.start()
-        progress(3)
-        owner = next(node for node, _ in cluster.owners("ledger").values()
-                     if node != cluster.coordinator_of_slot(slot_of(TRANSACTIONAL_ID, 16), {0, 1, 2}))
-        cluster.gateways[owner].kill()  # a partition owner, before some of its markers
-        progress(3)
-        cluster.gateways[owner].start()
-        progress(3)
-        paused = cluster.gateways[cluster.coordinator_of_slot(slot_of(TRANSACTIONAL_ID, 16), {0, 1, 2})]
-        paused.process.send_signal(signal.SIGSTOP)  # past its lease: others take its partitions
-        try:
-            time.sleep(LEASE_MS / 1000 + 2)
+        for _ in range(2):
+            victim = cluster.gateways[coordinator()]
+            victim.kill()  # the coordinator, mid-way through some transaction
             progress(3)
-        finally:
-            paused.process.send_signal(signal.SIGCONT)
-        progress(3)
+            victim.start()
+            progress(3)
+            owner = next(node for node, _ in cluster.owners("ledger").values() if node != coordinator())
+            cluster.gateways[owner].kill()  # a partition owner, before some of its markers
+            progress(3)
+            cluster.gateways[owner].start()
+            progress(3)
+            paused = cluster.gateways[coordinator()]
+            paused.process.send_signal(signal.SIGSTOP)  # past its lease: others take its partitions
+            try:
+                time.sleep(LEASE_MS / 1000 + 2)
+                progress(3)
+            finally:
+                paused.process.send_signal(signal.SIGCONT)
+            progress(3)
     finally:
         writer.stop.set()
         thread.join(120)
     assert not thread.is_alive()
 
     wait_until(lambda: _stable_everywhere(cluster.bootstrap), 60, "a transaction hangs: LSO below HW")
+    committed_values = _read(cluster.bootstrap, "read_committed")
     seen: dict[int, set[int]] = {}
-    for value in _read(cluster.bootstrap, "read_committed"):
+    for value in committed_values:
         n, p = map(int, value.split(b":"))
         assert p not in seen.setdefault(n, set()), f"transaction {n} seen twice on partition {p}"
         seen[n].add(p)
@@ -171,3 +183,16 @@ def test_every_transaction_is_wholly_committed_or_wholly_aborted_across_kills_an
     everything = _read(cluster.bootstrap, "read_uncommitted")
     aborted = [n for n, o in writer.outcomes.items() if o == "abort"]
     assert aborted and any(value.startswith(b"%d:" % aborted[0]) for value in everything)
+
+    # Spark reading the bucket alone sees what the consumers see, in both isolation levels.
+    options = cluster.s3.options()
+
+    def frame(isolation: str) -> list[bytes]:
+        df = (spark.read.format("kafscale").option("subscribe", "ledger").option("kafka.isolation.level", isolation)
+              .option("s3.endpoint", options.endpoint).option("s3.region", options.region)
+              .option("s3.accessKeyId", options.access_key_id).option("s3.secretAccessKey", options.secret_access_key)
+              .option("s3.pathStyle", "true").option("s3.allowHttp", "true").load(cluster.location))
+        return sorted(bytes(r.value) for r in df.select("value").collect())
+
+    assert frame("read_committed") == sorted(committed_values)
+    assert frame("read_uncommitted") == sorted(everything)

@@ -4,8 +4,6 @@ records dropped, nothing at or past an open transaction), under read_uncommitted
 record; a stream under read_committed stops at the last stable offset and goes on once
 the transaction ends."""
 
-import os
-import sys
 import time
 
 import pytest
@@ -13,21 +11,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.spark import spark_session
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("kafscale-txn-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    yield from spark_session("kafscale-txn-tests")
 
 
 def _consume(bootstrap: str, isolation: str, partitions: int = 2) -> list[tuple[int, int, bytes]]:
