@@ -177,39 +177,14 @@ class Gateway:
             self.metrics.watch_cluster(self.coordination.member, self.coordination.etcd)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """The logs' writer and maintenance, the groups' timers, the cluster's loops."""
+        """The logs' writer and maintenance, the groups' timers, the cluster's loops, the
+        transactions' finishing and sweeps."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.logs.run)
             await nursery.start(self.groups.run)
             await self.coordination.run(nursery)
-            nursery.start_soon(self._sweep_transactions)
+            await nursery.start(self.transactions.run, self.config.groups.transaction_check_interval_ms / 1000)
             task_status.started()
-
-    async def _sweep_transactions(self) -> None:
-        """Abort transactions past their timeout and finish this gateway's part of prepared ones,
-        every transaction_check_interval_ms; a transaction another gateway prepared at once."""
-        prepared: set[str] = set()
-        woken = trio.Event()
-
-        def on_prepared(transactional_id: str) -> None:
-            prepared.add(transactional_id)
-            woken.set()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.transactions.watch_prepared, on_prepared)
-            next_sweep = trio.current_time()
-            while True:
-                with trio.move_on_at(next_sweep):
-                    await woken.wait()
-                woken = trio.Event()
-                try:
-                    while prepared:
-                        await self.transactions.complete(prepared.pop())
-                    if trio.current_time() >= next_sweep:
-                        next_sweep = trio.current_time() + self.config.groups.transaction_check_interval_ms / 1000
-                        await self.transactions.sweep()
-                except Exception:  # an unreachable store or etcd must not stop the gateway
-                    log.exception("finishing transactions failed")
 
     async def flush(self) -> None:
         """Write every accepted append (produce handlers waiting on it get answered)."""

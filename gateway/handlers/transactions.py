@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import trio
-
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
@@ -25,10 +23,6 @@ from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 log = logging.getLogger("kafscale.handlers.transactions")
-
-# How long EndTxn waits for the markers after the commit point before answering anyway:
-# the client's next transaction then retries on CONCURRENT_TRANSACTIONS until they are.
-_FINISH_WAIT_S = 5.0
 
 
 def fenced_code(request: Request, first_fenced_version: int) -> ErrorCode:
@@ -139,18 +133,12 @@ async def handle_end_txn(ctx: RequestContext, request: Request):
     body = request.body
     try:
         ctx.access.require_transactional_id(Operation.WRITE, body.transactional_id)
-        ended = await ctx.transactions.end(body.transactional_id, body.producer_id, body.producer_epoch,
+        await ctx.transactions.end(body.transactional_id, body.producer_id, body.producer_epoch,
                                            body.committed)
     except KafkaError as exc:
         return _plain_error(request, _code(request, exc, 2))
-    if ended.state.preparing:
-        # Decided (the commit point is stored). Finish now when this gateway can, so the
-        # client's next transaction does not wait for a sweep; the answer does not depend on it.
-        with trio.move_on_after(_FINISH_WAIT_S):
-            try:
-                await ctx.transactions.complete(body.transactional_id)
-            except Exception as exc:  # the sweep finishes it
-                log.info("transaction %r decided, markers pending: %s", body.transactional_id, exc)
+    # Decided: the commit point is stored (the markers follow at once, and the client's next
+    # transaction finishes them first if they are not written yet).
     return _plain_error(request, ErrorCode.none)
 
 

@@ -9,8 +9,9 @@ commit point, as in Kafka); the markers are then written to every partition of t
 transaction by the owners of its partitions (:class:`MarkerWriter`: each gateway
 finishes what it owns, and records it in the transaction's state), the groups'
 coordinators apply its offsets, and COMPLETE_* is stored with the last of them.
-:meth:`TransactionCoordinator.sweep`, run by every gateway, finishes what a dead or
-remote coordinator left prepared and aborts transactions past their timeout.
+:meth:`TransactionCoordinator.run`, on every gateway, finishes prepared transactions at
+once, and sweeps: what a dead or remote coordinator left prepared, transactions past
+their timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
@@ -31,6 +34,7 @@ log = logging.getLogger("kafscale.transactions")
 
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 _ATTEMPTS = 5
+_FINISH_WAIT_S = 5.0
 
 
 class MarkerWriter(Protocol):
@@ -73,6 +77,8 @@ class TransactionCoordinator:
         self._shared = shared
         self._unfinished: dict[str, Transaction] = {}  # alone: ongoing or prepared, as last written
         self.stats = TransactionStats()
+        self._prepared: set[str] = set()  # to finish now (prepared here, or seen prepared elsewhere)
+        self._woken = trio.Event()
 
     def now_ms(self) -> int:
         return self._clock_ms()
@@ -138,21 +144,32 @@ class TransactionCoordinator:
 
         result = await self._change(transactional_id, step)
         assert result is not None
-        if result.state.preparing:
+        if result.state.preparing:  # the previous transaction (aborted just now, or before): finished first
             await self.complete(transactional_id)
-            raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction was aborted; retry")
+            result = await self._change(transactional_id, step)
+            assert result is not None
+            if result.state.preparing:  # a partition's owner elsewhere has yet to write its marker
+                raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction is being finished; retry")
         return result
 
     async def _change_existing(self, transactional_id: str,
                                transition: Callable[[Transaction], Transaction | None]) -> Transaction:
-        """A request for an id that must have a producer already (InitProducerId first)."""
+        """A request for an id that must have a producer already (InitProducerId first). One
+        that finds the previous transaction still being finished finishes it (this gateway's
+        part) and tries once more, instead of sending the client away to retry."""
 
         async def step(stored: StoredTransaction | None) -> Transaction | None:
             if stored is None:
                 raise KafkaError(ErrorCode.invalid_producer_id_mapping, f"no producer for {transactional_id!r}")
             return transition(stored.transaction)
 
-        result = await self._change(transactional_id, step)
+        try:
+            result = await self._change(transactional_id, step)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.concurrent_transactions:
+                raise
+            await self.complete(transactional_id)
+            result = await self._change(transactional_id, step)
         assert result is not None  # the id exists: its state, changed or not
         return result
 
@@ -175,11 +192,55 @@ class TransactionCoordinator:
             transactional_id, lambda current: current.with_group(producer_id, producer_epoch, group_id, now))
 
     async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> Transaction:
-        """EndTxn: stores PREPARE_* (the commit point) and answers; :meth:`complete` writes
-        the markers (a retry of a finished EndTxn is answered as it was)."""
+        """EndTxn: stores PREPARE_* (the commit point), then finishes this gateway's part
+        before answering, for at most ``_FINISH_WAIT_S`` (so a read_committed consumer sees
+        a commit as soon as its producer is told; alone, nothing is left to the client's
+        next transaction); what is left is finished by :meth:`run`. A retry of a finished
+        EndTxn is answered as it was."""
         now = self._clock_ms()
-        return await self._change_existing(
+        ended = await self._change_existing(
             transactional_id, lambda current: current.ending(producer_id, producer_epoch, commit, now))
+        if ended.state.preparing:
+            finished = None
+            with trio.move_on_after(_FINISH_WAIT_S):
+                try:
+                    finished = await self.complete(transactional_id)
+                except Exception as exc:  # decided all the same: run() tries again
+                    log.info("transaction %r decided, markers pending: %s", transactional_id, exc)
+            if finished is None or finished.state.preparing:
+                self.finish_soon(transactional_id)
+        return ended
+
+    def finish_soon(self, transactional_id: str) -> None:
+        """Have :meth:`run` finish this gateway's part of a prepared transaction now."""
+        self._prepared.add(transactional_id)
+        self._woken.set()
+
+    async def run(self, check_interval_s: float, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Finish prepared transactions as soon as they are prepared (here, or elsewhere: the
+        store's watch), each in its own task; sweep every ``check_interval_s``."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._store.watch_prepared, self.finish_soon)
+            task_status.started()
+            next_sweep = trio.current_time()
+            while True:
+                with trio.move_on_at(next_sweep):
+                    await self._woken.wait()
+                self._woken = trio.Event()
+                while self._prepared:
+                    nursery.start_soon(self._finish, self._prepared.pop())
+                if trio.current_time() >= next_sweep:
+                    next_sweep = trio.current_time() + check_interval_s
+                    try:
+                        await self.sweep()
+                    except Exception:  # an unreachable store or etcd must not stop the gateway
+                        log.exception("transaction sweep failed")
+
+    async def _finish(self, transactional_id: str) -> None:
+        try:
+            await self.complete(transactional_id)
+        except Exception as exc:  # the next sweep tries again
+            log.info("transaction %r decided, markers pending: %s", transactional_id, exc)
 
     async def complete(self, transactional_id: str) -> Transaction | None:
         """Finish what this gateway can of a prepared transaction (its partitions' markers, its
@@ -220,10 +281,6 @@ class TransactionCoordinator:
         # A transaction still open in a partition twice the longest timeout after it was seen
         # there, with no unfinished transaction of its producer: its end was lost.
         await self._markers.abort_orphans({t.producer_id for t in unfinished}, 2 * self.max_timeout_ms / 1000)
-
-    async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
-        """See :meth:`TransactionStore.watch_prepared`."""
-        await self._store.watch_prepared(prepared)
 
     async def _abort_expired(self, transactional_id: str, now: int) -> None:
         """Abort an ONGOING transaction past its timeout (also one that never wrote a batch),

@@ -62,10 +62,12 @@ async def test_a_transaction_commits_through_prepare_markers_and_complete(parts)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0)])  # a retry
     await coordinator.add_offsets("tx", 100, 0, "g")
     prepared = await coordinator.end("tx", 100, 0, commit=True)
-    assert prepared.state == TxnState.PREPARE_COMMIT and markers.written == []  # answered at the commit point
-    done = await coordinator.complete("tx")
-    assert done.state == TxnState.COMPLETE_COMMIT
+    assert prepared.state == TxnState.PREPARE_COMMIT  # the commit point: what the answer stands on
+    # ... and this gateway, owning every partition, wrote the markers before answering.
     assert markers.written == [("tx", True, frozenset({("t", 0), ("t", 1)}))]
+    assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_COMMIT
+    assert (await coordinator.complete("tx")).state == TxnState.COMPLETE_COMMIT  # again: nothing more
+    assert len(markers.written) == 1
     assert (await coordinator.end("tx", 100, 0, commit=True)).state == TxnState.COMPLETE_COMMIT  # a retry
 
 
@@ -73,9 +75,8 @@ async def test_a_new_producer_of_the_id_fences_the_old_one_and_aborts_its_transa
     coordinator, markers, clock, store = parts
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
-    assert await _code(coordinator.init_producer_id("tx", 60_000)) == ErrorCode.concurrent_transactions
-    assert markers.written == [("tx", False, frozenset({("t", 0)}))]  # aborted, markers written
-    again = await coordinator.init_producer_id("tx", 60_000)
+    again = await coordinator.init_producer_id("tx", 60_000)  # aborts the ongoing one first
+    assert markers.written == [("tx", False, frozenset({("t", 0)}))]
     assert (again.producer_id, again.producer_epoch) == (100, 2)
     assert await _code(coordinator.end("tx", 100, 0, commit=True)) == ErrorCode.producer_fenced
     assert await _code(coordinator.add_partitions("tx", 100, 1, [("t", 0)])) == ErrorCode.producer_fenced
@@ -130,9 +131,11 @@ async def test_each_gateway_writes_the_markers_of_its_partitions_and_the_last_co
 
     here = TransactionCoordinator(store, no_new_id, first, lambda: clock[0])
     there = TransactionCoordinator(store, no_new_id, second, lambda: clock[0])
+    elsewhere = TransactionCoordinator(store, no_new_id, RecordedMarkers(owns=lambda partition: False),
+                                       lambda: clock[0])  # a coordinator owning none of them
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0), ("t", 1)])
-    await coordinator.end("tx", 100, 0, commit=True)
+    assert (await elsewhere.end("tx", 100, 0, commit=True)).state == TxnState.PREPARE_COMMIT
     partly = await here.complete("tx")
     assert partly.state == TxnState.PREPARE_COMMIT and partly.partitions_done == {("t", 0)}
     await here.sweep()  # nothing more it can do, and nothing written twice
@@ -140,3 +143,20 @@ async def test_each_gateway_writes_the_markers_of_its_partitions_and_the_last_co
     await there.sweep()
     assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_COMMIT
     assert second.written == [("tx", True, frozenset({("t", 1)}))]
+
+
+async def test_the_next_transaction_finishes_the_previous_one_instead_of_being_sent_away(parts):
+    coordinator, markers, clock, store = parts
+
+    async def no_new_id():
+        raise AssertionError("no producer id needed")
+
+    elsewhere = TransactionCoordinator(store, no_new_id, RecordedMarkers(owns=lambda partition: False),
+                                       lambda: clock[0])
+    await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
+    await elsewhere.end("tx", 100, 0, commit=False)  # decided, its marker not written yet
+    assert (await store.get("tx")).transaction.state == TxnState.PREPARE_ABORT
+    nxt = await coordinator.add_partitions("tx", 100, 0, [("t", 1)])  # not CONCURRENT_TRANSACTIONS
+    assert nxt.state == TxnState.ONGOING and nxt.partitions == {("t", 1)}
+    assert markers.written == [("tx", False, frozenset({("t", 0)}))]
