@@ -18,21 +18,14 @@ from kafscale.protocol.record_policy import (
     records_out_of_time,
     stamp_log_append_time,
 )
-from kafscale.protocol.records import (
-    BATCH_HEADER_SIZE,
-    BatchHeader,
-    has_transactional_batch,
-    parse_batch_header,
-    split_batches,
-    validate_record_set,
-)
-from kafscale.protocol.transactions import TxnState
+from kafscale.protocol.records import BatchHeader, has_transactional_batch, split_batches, validate_record_set
 
 from ..context import RequestContext
 from ..partition_log import PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
 from .base import leader_hint, register, respond
+from .transactional_produce import verify_transaction
 
 log = logging.getLogger("kafscale.handlers.produce")
 
@@ -84,83 +77,6 @@ def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHea
     return records, headers
 
 
-class VerifiedBatch:
-    """KIP-890 part 1: a transactional producer's first batch in a partition is appended only
-    if its transaction is ongoing and holds the partition, and no marker of that producer
-    was written to the partition while that was being checked (the guard)."""
-
-    def __init__(self, producer_id: int, guard: object) -> None:
-        self.producer_id = producer_id
-        self.guard = guard
-        self.refusal = KafkaError(ErrorCode.invalid_txn_state, "the transaction ended while the batch was checked")
-
-    def holds(self, target: PartitionLog, headers: list[BatchHeader]) -> bool:
-        if any(not h.is_transactional or h.producer_id != self.producer_id for h in headers):
-            self.refusal = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
-                                      "transactional batches of its producer")
-            return False
-        book = target.transactions
-        return self.producer_id in book.state.open or book.verifying.get(self.producer_id) is self.guard
-
-    def done(self, target: PartitionLog) -> None:
-        if target.transactions.verifying.get(self.producer_id) is self.guard:
-            del target.transactions.verifying[self.producer_id]
-
-
-async def _verify_transaction(ctx: RequestContext, transactional_id: str, body,
-                              logs: dict) -> dict[tuple[str, int], VerifiedBatch | KafkaError]:
-    """Each partition's check (one read of the transaction's state for the whole request)."""
-    checks: dict[tuple[str, int], VerifiedBatch | KafkaError] = {}
-    first_batches = []
-    for topic in body.topic_data:
-        for part in topic.partition_data:
-            key = (topic.name, part.index)
-            target = logs[key]
-            if isinstance(target, KafkaError) or len(part.records or b"") < BATCH_HEADER_SIZE:
-                continue  # answered by the checks that follow
-            try:
-                header = parse_batch_header(part.records)
-            except CorruptBatch:
-                continue  # answered by validation
-            if not header.is_transactional or header.is_control:
-                checks[key] = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
-                                         "transactional batches of its producer")
-                continue
-            guard = object()
-            checks[key] = VerifiedBatch(header.producer_id, guard)
-            if header.producer_id not in target.transactions.state.open:
-                target.transactions.verifying[header.producer_id] = guard
-                first_batches.append((key, target, header))
-    if not first_batches:
-        return checks
-    unavailable: KafkaError | None = None
-    transaction = None
-    try:
-        transaction = await ctx.transactions.state(transactional_id)
-    except Exception as exc:  # the metadata store is unreachable: nothing is appended unchecked
-        log.warning("cannot check transaction %r: %s", transactional_id, exc)
-        unavailable = KafkaError(ErrorCode.coordinator_not_available, f"transaction state unreadable: {exc}")
-    for key, target, header in first_batches:
-        if unavailable is not None:
-            refusal = unavailable
-        elif transaction is None or transaction.producer_id != header.producer_id:
-            refusal = KafkaError(ErrorCode.invalid_producer_id_mapping,
-                                 f"producer {header.producer_id} is not {transactional_id!r}'s")
-        elif header.producer_epoch != transaction.producer_epoch:
-            refusal = KafkaError(ErrorCode.invalid_producer_epoch,
-                                 f"epoch {header.producer_epoch} is not the transaction's {transaction.producer_epoch}")
-        elif transaction.state != TxnState.ONGOING or key not in transaction.partitions:
-            refusal = KafkaError(ErrorCode.invalid_txn_state,
-                                 f"{key[0]}-{key[1]} is not in an ongoing transaction of {transactional_id!r}")
-        else:
-            continue
-        verified = checks[key]
-        assert isinstance(verified, VerifiedBatch)  # first batches are the ones given a guard above
-        verified.done(target)
-        checks[key] = refusal
-    return checks
-
-
 def _error(request: Request, code: ErrorCode):
     return respond(request, dict(responses=[
         dict(name=topic.name, partition_responses=[_partition(p.index, code) for p in topic.partition_data])
@@ -208,7 +124,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 logs[(topic.name, part.index)] = await ctx.logs.get(topic.name, part.index)
             except KafkaError as exc:
                 logs[(topic.name, part.index)] = exc
-    verified = {} if transactional_id is None else await _verify_transaction(ctx, transactional_id, body, logs)
+    verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs)
 
     results: dict[tuple[str, int], dict] = {}
     waits = []
