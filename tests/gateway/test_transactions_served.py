@@ -308,3 +308,42 @@ async def test_a_transaction_whose_coordinator_record_is_lost_does_not_hold_the_
     answer = await _fetch(client, "t", 1)
     assert answer.last_stable_offset == answer.high_watermark == 2
     assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 0)]
+
+
+async def test_absurd_transaction_requests_get_kafka_errors_and_the_gateway_serves_on(nursery):
+    """What an attacker sends: ids that are not anyone's, negative and maximal epochs,
+    enormous transactional ids and partition lists, offsets for groups never added."""
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    long_id = "x" * 30_000
+    body = await _call(client, 22, 4, dict(transactional_id=long_id, transaction_timeout=1000, producer_id=-1,
+                                           producer_epoch=-1))
+    assert body.error_code == ErrorCode.none  # any string is a transactional id, as in Kafka
+    huge = await _add(client, long_id, (body.producer_id, body.producer_epoch), {"t": list(range(100_000))})
+    assert huge[("t", 0)] == ErrorCode.operation_not_attempted and huge[("t", 99_999)] == \
+        ErrorCode.unknown_topic_or_partition
+    for pid, epoch in [(-1, -1), (2**63 - 1, 2**15 - 1), (0, -32768)]:
+        assert set((await _add(client, "nobody", (pid, epoch), {"t": [0]})).values()) == \
+            {ErrorCode.invalid_producer_id_mapping}
+        assert await _end(client, "nobody", (pid, epoch), commit=True) == ErrorCode.invalid_producer_id_mapping
+    producer = await _init(client, "app")
+    body = await _call(client, 28, 3, dict(transactional_id="app", group_id="never-added", producer_id=producer[0],
+                                           producer_epoch=producer[1], generation_id=-1, member_id="",
+                                           group_instance_id=None, topics=[dict(name="t", partitions=[dict(
+                                               partition_index=0, committed_offset=-5, committed_leader_epoch=-1,
+                                               committed_metadata=None)])]))
+    assert body.topics[0].partitions[0].error_code == ErrorCode.invalid_txn_state
+    body = await _call(client, 27, 1, dict(markers=[dict(producer_id=-7, producer_epoch=-1, transaction_result=True,
+                                                         coordinator_epoch=-1, topics=[dict(
+                                                             name="missing", partition_indexes=[0, -1])])]))
+    assert {p.error_code for p in body.markers[0].topics[0].partitions} == {ErrorCode.unknown_topic_or_partition}
+    body = await _call(client, 65, 0, dict(transactional_ids=["", "y" * 30_000]))
+    assert [s.error_code for s in body.transaction_states] == [ErrorCode.transactional_id_not_found] * 2
+    body = await _call(client, 61, 0, dict(topics=[dict(name="t", partition_indexes=[0, 5, -1])]))
+    assert [p.error_code for p in body.topics[0].partitions] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition,
+                                                                 ErrorCode.unknown_topic_or_partition]
+    # And it serves on: a transaction still commits.
+    await _add(client, "app", producer, {"t": [0]})
+    assert (await _produce(client, "t", _txn_batch(producer, [b"fine"]), "app")).error_code == ErrorCode.none
+    assert await _end(client, "app", producer, commit=True) == ErrorCode.none
