@@ -51,11 +51,11 @@ def _txn_batch(producer, values, sequence=0):
                        transactional=True)
 
 
-async def _fetch(client, topic, isolation):
+async def _fetch(client, topic, isolation, offset=0):
     body = await _call(client, 1, 12, dict(
         replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=isolation, session_id=0,
         session_epoch=-1, topics=[dict(topic=topic, partitions=[dict(
-            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
             partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
     return body.responses[0].partitions[0]
 
@@ -347,3 +347,35 @@ async def test_absurd_transaction_requests_get_kafka_errors_and_the_gateway_serv
     await _add(client, "app", producer, {"t": [0]})
     assert (await _produce(client, "t", _txn_batch(producer, [b"fine"]), "app")).error_code == ErrorCode.none
     assert await _end(client, "app", producer, commit=True) == ErrorCode.none
+
+
+async def test_delete_records_past_an_open_transaction_keeps_the_lso_at_the_log_start(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+
+    async def plain(value):
+        body = await _call(client, 0, 9, dict(transactional_id=None, acks=-1, timeout=5000, topic_data=[dict(
+            name="t", partition_data=[dict(index=0, records=build_batch([(None, value)]))])]))
+        assert body.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+    await plain(b"p0")
+    assert (await _produce(client, "t", _txn_batch(producer, [b"open-1"]), "app")).error_code == ErrorCode.none
+    await plain(b"p2")
+    await plain(b"p3")
+    assert (await _produce(client, "t", _txn_batch(producer, [b"open-4"], 1), "app")).error_code == ErrorCode.none
+    assert (await _fetch(client, "t", 1)).last_stable_offset == 1
+    body = await _call(client, 21, 2, dict(topics=[dict(name="t", partitions=[dict(partition_index=0, offset=3)])],
+                                           timeout=5000))
+    assert body.topics[0].partitions[0].low_watermark == 3
+    part = await _fetch(client, "t", 1, offset=3)
+    assert (part.error_code, part.last_stable_offset, part.log_start_offset, part.records or b"") == \
+        (ErrorCode.none, 3, 3, b"")  # open-4 stays hidden
+    assert await _end(client, "app", producer, commit=True) == ErrorCode.none
+    part = await _fetch(client, "t", 1, offset=3)
+    assert (part.error_code, part.last_stable_offset) == (ErrorCode.none, 6)  # past the marker
+    data = bytes(part.records)
+    assert [r.value for h in split_batches(data) if not h.is_control
+            for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))] == [b"p3", b"open-4"]
