@@ -128,17 +128,18 @@ class TransactionBook:
             data = self.state.encode(log.log_start_offset, log.high_watermark, self._owner_token)
             try:
                 if self._version is None:
-                    await self._store.put_if_absent(self.key, data)
+                    version = await self._store.put_if_absent(self.key, data)
                 else:
-                    await self._store.put_if_unchanged(self.key, data, self._version)
-                stored, version = await self._store.get_versioned(self.key)
+                    version = await self._store.put_if_unchanged(self.key, data, self._version)
+                if not version:  # the store did not say: read it back (the owner token makes it ours)
+                    stored, version = await self._store.get_versioned(self.key)
+                    if stored != data:
+                        raise ObjectChanged(self.key)
             except (ObjectExists, ObjectChanged, ObjectNotFound):
-                stored, version = b"", None
-            except StorageError as exc:
-                raise KafkaError(ErrorCode.kafka_storage_error, f"storing {self.key}: {exc}") from exc
-            if stored != data:
                 log.fence()
                 raise KafkaError(ErrorCode.not_leader_or_follower,
-                                 f"another gateway wrote {self.key}: {log.topic}-{log.partition} moved")
+                                 f"another gateway wrote {self.key}: {log.topic}-{log.partition} moved") from None
+            except StorageError as exc:
+                raise KafkaError(ErrorCode.kafka_storage_error, f"storing {self.key}: {exc}") from exc
             self._version = version
             self._persisted = wanted

@@ -37,11 +37,13 @@ class AsyncStore:
     async def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
         await self._write(self.sync.put, key, data, durable=durable)
 
-    async def put_if_absent(self, key: str, data: bytes) -> None:
-        await self._write(self.sync.put_if_absent, key, data)
+    async def put_if_absent(self, key: str, data: bytes) -> str:
+        """The new object's version (``""`` if the store did not say)."""
+        return await self._write(self.sync.put_if_absent, key, data)
 
-    async def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
-        await self._write(self.sync.put_if_unchanged, key, data, version)
+    async def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
+        """The object's new version (``""`` if the store did not say)."""
+        return await self._write(self.sync.put_if_unchanged, key, data, version)
 
     async def get_versioned(self, key: str) -> tuple[bytes, str]:
         return await self._run(self.sync.get_versioned, key)
@@ -49,9 +51,9 @@ class AsyncStore:
     async def version(self, key: str) -> str | None:
         return await self._run(self.sync.version, key)
 
-    async def _write(self, function, *args, **kwargs) -> None:
+    async def _write(self, function, *args, **kwargs):
         try:
-            await self._run(function, *args, **kwargs)
+            result = await self._run(function, *args, **kwargs)
         except (ObjectExists, ObjectChanged):
             self.write_failure = None  # the store answered: a lost race, not a failure
             raise
@@ -62,6 +64,7 @@ class AsyncStore:
             raise
         self.write_failure = None
         self._healthy.set()
+        return result
 
     async def wait_writable(self, timeout_s: float) -> None:
         """Return when a write succeeds (e.g. the readiness probe's) or after ``timeout_s``."""

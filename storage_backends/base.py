@@ -56,8 +56,9 @@ class ObjectStore(Protocol):
         """Write (or replace) the object at ``key``; durable when this returns unless
         ``durable=False`` (for derived data that can be rebuilt, e.g. indexes)."""
 
-    def put_if_absent(self, key: str, data: bytes) -> None:
-        """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists."""
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists.
+        Returns its version (as :meth:`get_versioned` gives it; ``""`` if the store did not say)."""
 
     def get(self, key: str) -> bytes:
         """The whole object; :class:`ObjectNotFound` if missing."""
@@ -65,9 +66,10 @@ class ObjectStore(Protocol):
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         """The whole object and an opaque version of it, for :meth:`put_if_unchanged`."""
 
-    def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+    def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
         """Replace the object atomically only if it is still at ``version``;
-        :class:`ObjectChanged` if it changed or is gone. Durable when this returns."""
+        :class:`ObjectChanged` if it changed or is gone. Durable when this returns.
+        Returns the new version (``""`` if the store did not say)."""
 
     def version(self, key: str) -> str | None:
         """The object's current version (as :meth:`get_versioned` gives it), or ``None`` if

@@ -34,9 +34,9 @@ class ObstoreBackend:
         if durable:
             self._made_durable(key)
 
-    def put_if_absent(self, key: str, data: bytes) -> None:
+    def put_if_absent(self, key: str, data: bytes) -> str:
         try:
-            obstore.put(self._store, key, data, mode="create")
+            result = obstore.put(self._store, key, data, mode="create")
         except AlreadyExistsError as exc:
             raise ObjectExists(key) from exc
         except FileExistsError as exc:
@@ -46,6 +46,7 @@ class ObstoreBackend:
         except OSError as exc:
             raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
         self._made_durable(key)
+        return result.get("e_tag") or ""
 
     def get(self, key: str) -> bytes:
         return bytes(self._call(obstore.get, key).bytes())
@@ -54,14 +55,15 @@ class ObstoreBackend:
         result = self._call(obstore.get, key)
         return bytes(result.bytes()), result.meta["e_tag"] or ""
 
-    def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+    def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
         try:  # If-Match on S3 (and S3-compatible servers): checked by the store, atomically
-            obstore.put(self._store, key, data, mode={"e_tag": version})
+            result = obstore.put(self._store, key, data, mode={"e_tag": version})
         except (PreconditionError, NotFoundError, FileNotFoundError) as exc:
             raise ObjectChanged(key) from exc
         except (BaseError, OSError) as exc:
             raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
         self._made_durable(key)
+        return result.get("e_tag") or ""
 
     def version(self, key: str) -> str | None:
         try:
@@ -159,7 +161,30 @@ class LocalBackend(ObstoreBackend):
         except OSError as exc:
             raise StorageUnavailable(f"head {key}: {exc}") from exc
 
-    def put_if_unchanged(self, key: str, data: bytes, version: str) -> None:
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """A new file linked into place (a link never replaces: a second writer gets
+        FileExistsError); its version is the written inode's, taken before it is visible."""
+        path = self.root / key
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                if self._fsync:
+                    os.fsync(file.fileno())
+                written = _file_version(os.fstat(file.fileno()))
+            os.link(temporary, path)
+        except FileExistsError as exc:
+            raise ObjectExists(key) from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"put {key}: {exc}") from exc
+        finally:
+            temporary.unlink(missing_ok=True)
+        self._made_durable(key)
+        return written
+
+    def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
         """obstore's LocalStore has no conditional update: the file is locked, its version
         checked, and a new file renamed over it. A second writer locks the replaced inode
         or the new one, and either way finds the version changed."""
@@ -184,6 +209,7 @@ class LocalBackend(ObstoreBackend):
                 file.flush()
                 if self._fsync:
                     os.fsync(file.fileno())
+                written = _file_version(os.fstat(file.fileno()))
             os.rename(temporary, path)
             if self._fsync:
                 _fsync_path(path.parent)
@@ -192,6 +218,7 @@ class LocalBackend(ObstoreBackend):
             raise StorageUnavailable(f"put {key}: {exc}") from exc
         finally:
             os.close(fd)
+        return written
 
     def _made_durable(self, key: str) -> None:
         if not self._fsync:

@@ -193,12 +193,14 @@ class EtcdTransactions:
         kv = await self._etcd.get(self._key(transactional_id))
         return None if kv is None else self._stored(kv)
 
-    async def put(self, transaction: Transaction, expected_version: str) -> None:
+    async def put(self, transaction: Transaction, expected_version: str) -> str | None:
+        """The new mod revision is not in the answer we read: ``None`` (read it again)."""
         key = self._key(transaction.transactional_id)
         guard = Compare(key, "CREATE", 0) if expected_version == ABSENT else Compare(key, "MOD", int(expected_version))
         done, _ = await self._etcd.txn([guard], [put_op(key, transaction.to_json())])
         if not done:
             raise TransactionChanged(transaction.transactional_id)
+        return None
 
     async def list(self) -> list[StoredTransaction]:
         return [self._stored(kv) for kv in await self._etcd.get_prefix(self._prefix)]

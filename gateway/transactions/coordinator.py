@@ -66,16 +66,18 @@ class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
                  shared: bool = True) -> None:
-        """``shared``: other gateways coordinate transactions in the same store, so a sweep
-        reads them all; alone, this coordinator's own writes are all there is, and a sweep
-        looks only at the transactions it left unfinished (no store reads while idle)."""
+        """``shared``: other gateways coordinate transactions in the same store, so every
+        decision reads the store; alone, this coordinator is the only writer of its store:
+        it keeps each id's state as it last wrote or read it and reads the store only for
+        an id it does not know or after losing a swap (a write it did not expect), and a
+        sweep reads nothing while idle."""
         self._store = store
         self._new_producer_id = new_producer_id
         self._markers = markers
         self._clock_ms = clock_ms
         self.max_timeout_ms = max_timeout_ms
         self._shared = shared
-        self._unfinished: dict[str, Transaction] = {}  # alone: ongoing or prepared, as last written
+        self._known: dict[str, StoredTransaction] = {}  # alone: each id's state and version, as last seen
         self.stats = TransactionStats()
         self._prepared: set[str] = set()  # to finish now (prepared here, or seen prepared elsewhere)
         self._woken = trio.Event()
@@ -84,32 +86,39 @@ class TransactionCoordinator:
         return self._clock_ms()
 
     async def load(self) -> None:
-        """At start: the transactions an earlier run left unfinished."""
-        self._unfinished = {t.transactional_id: t for t in await self.all() if t.state.preparing
-                            or t.state == TxnState.ONGOING}
+        """At start, alone: every id's state (those an earlier run left unfinished among them)."""
+        if not self._shared:
+            self._known = {s.transaction.transactional_id: s for s in await self._store.list()}
 
-    def _written(self, transaction: Transaction) -> None:
-        """Keep track of what is unfinished (the state as last written or read)."""
-        if transaction.state.preparing or transaction.state == TxnState.ONGOING:
-            self._unfinished[transaction.transactional_id] = transaction
+    async def _read(self, transactional_id: str) -> StoredTransaction | None:
+        if not self._shared:
+            known = self._known.get(transactional_id)
+            if known is not None:
+                return known
+        stored = await self._store.get(transactional_id)
+        self._seen(transactional_id, stored)
+        return stored
+
+    def _seen(self, transactional_id: str, stored: StoredTransaction | None) -> None:
+        if self._shared:
+            return
+        if stored is None:
+            self._known.pop(transactional_id, None)
         else:
-            self._unfinished.pop(transaction.transactional_id, None)
+            self._known[transactional_id] = stored
 
     async def _change(self, transactional_id: str,
                       step: Callable[[StoredTransaction | None], Awaitable[Transaction | None]]) -> Transaction | None:
         """Read, decide, swap; again from the new state if another coordinator wrote first."""
         for _ in range(_ATTEMPTS):
-            stored = await self._store.get(transactional_id)
+            stored = await self._read(transactional_id)
             wanted = await step(stored)
             if wanted is None:
-                if stored is not None:
-                    self._written(stored.transaction)
-                else:
-                    self._unfinished.pop(transactional_id, None)
                 return stored.transaction if stored else None
             try:
-                await self._store.put(wanted, stored.version if stored else ABSENT)
+                version = await self._store.put(wanted, stored.version if stored else ABSENT)
             except TransactionChanged:
+                self._known.pop(transactional_id, None)  # read it again
                 continue
             self.stats.store_writes += 1
             if not wanted.state.preparing and stored is not None and stored.transaction.state.preparing:
@@ -117,7 +126,7 @@ class TransactionCoordinator:
                     self.stats.committed += 1
                 else:
                     self.stats.aborted += 1
-            self._written(wanted)
+            self._seen(transactional_id, StoredTransaction(wanted, version) if version else None)
             return wanted
         raise KafkaError(ErrorCode.concurrent_transactions, f"{transactional_id!r} keeps changing; retry")
 
@@ -246,9 +255,8 @@ class TransactionCoordinator:
         """Finish what this gateway can of a prepared transaction (its partitions' markers, its
         groups' offsets) and record it; the last gateway to do so stores COMPLETE_*. Safe to
         repeat and to run on any gateway: a marker is written once per partition."""
-        stored = await self._store.get(transactional_id)
+        stored = await self._read(transactional_id)
         if stored is None or not stored.transaction.state.preparing:
-            self._unfinished.pop(transactional_id, None)
             return stored.transaction if stored else None
         transaction = stored.transaction
         partitions, groups = await self._markers.finish(transaction)
@@ -298,7 +306,7 @@ class TransactionCoordinator:
             await self.complete(transactional_id)
 
     async def state(self, transactional_id: str) -> Transaction | None:
-        stored = await self._store.get(transactional_id)
+        stored = await self._read(transactional_id)
         return stored.transaction if stored else None
 
     async def all(self) -> list[Transaction]:
@@ -306,9 +314,8 @@ class TransactionCoordinator:
 
     async def unfinished(self) -> list[Transaction]:
         """The transactions ongoing or prepared (alone: known without reading the store)."""
-        if self._shared:
-            return [t for t in await self.all() if t.state == TxnState.ONGOING or t.state.preparing]
-        return list(self._unfinished.values())
+        known = await self.all() if self._shared else [s.transaction for s in self._known.values()]
+        return [t for t in known if t.state == TxnState.ONGOING or t.state.preparing]
 
     async def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions whose offsets in ``group_id`` wait for a transaction to finish."""

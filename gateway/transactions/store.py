@@ -45,11 +45,11 @@ class StoredTransaction:
 
 class TransactionStore(Protocol):
     async def get(self, transactional_id: str) -> StoredTransaction | None: ...
-    async def put(self, transaction: Transaction, expected_version: str) -> None:
+    async def put(self, transaction: Transaction, expected_version: str) -> str | None:
         """Store ``transaction`` if its stored version is still ``expected_version``
-        (``ABSENT``: never stored), else raise :class:`TransactionChanged`. Each change
-        reads the version anew: a version is never guessed after a write, so no other
-        coordinator's write between the two can be taken for this one's."""
+        (``ABSENT``: never stored), else raise :class:`TransactionChanged`. Returns the
+        new version when the store says it in its answer (never guessed: ``None`` and
+        the next change reads it)."""
         ...
     async def list(self) -> list[StoredTransaction]: ...
     async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
@@ -82,15 +82,16 @@ class EmbeddedTransactions:
             return None
         return StoredTransaction(self._decode(transactional_id, raw, key), version)
 
-    async def put(self, transaction: Transaction, expected_version: str) -> None:
+    async def put(self, transaction: Transaction, expected_version: str) -> str | None:
         key = self._key(transaction.transactional_id)
         try:
             if expected_version == ABSENT:
-                await self._store.put_if_absent(key, transaction.to_json())
+                version = await self._store.put_if_absent(key, transaction.to_json())
             else:
-                await self._store.put_if_unchanged(key, transaction.to_json(), expected_version)
+                version = await self._store.put_if_unchanged(key, transaction.to_json(), expected_version)
         except (ObjectExists, ObjectChanged) as exc:
             raise TransactionChanged(transaction.transactional_id) from exc
+        return version or None
 
     async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
         """Alone, every transaction is prepared by this gateway, which finishes it itself."""

@@ -156,7 +156,7 @@ class DelayedPuts(MemoryBackend):
             self.hold = None  # this one PUT only (not the seal another gateway puts there)
             self.held.set()
             self.release.wait()
-        super().put_if_absent(key, data)
+        return super().put_if_absent(key, data)
 
 
 async def test_a_put_delayed_past_the_lease_never_becomes_visible(nursery):
@@ -197,7 +197,7 @@ class Outage(MemoryBackend):
         if self.down and "/~log/" in key:
             self.attempts += 1
             raise StorageUnavailable("injected outage")
-        super().put_if_absent(key, data)
+        return super().put_if_absent(key, data)
 
 
 async def test_a_write_in_doubt_is_retried_and_never_reuses_offsets(nursery):
@@ -512,7 +512,7 @@ class FailingLogPuts(MemoryBackend):
     def put_if_absent(self, key, data):
         if self.down and self.down in key and data[6:8] == b"\x00\x00":  # kind 0: data
             raise StorageUnavailable("injected: the PUT's answer was lost")
-        super().put_if_absent(key, data)
+        return super().put_if_absent(key, data)
 
 
 async def test_appends_accepted_under_a_lost_epoch_are_never_written(nursery):

@@ -93,14 +93,16 @@ def test_put_if_absent_race(store):
 
 
 def test_version_is_the_version_a_versioned_read_gives(store):
-    """A merge checks, with one HEAD each, that the segments it read are still as read."""
+    """A merge checks, with one HEAD each, that the segments it read are still as read; a
+    conditional write says the version it made (so its writer need not read it back)."""
     assert store.version("v") is None
-    store.put_if_absent("v", b"first")
+    created = store.put_if_absent("v", b"first")
     _, first = store.get_versioned("v")
-    assert store.version("v") == first
-    store.put_if_unchanged("v", b"second, longer", first)
+    assert store.version("v") == first == created
+    replaced = store.put_if_unchanged("v", b"second, longer", first)
     _, second = store.get_versioned("v")
-    assert store.version("v") == second != first
+    assert store.version("v") == second == replaced != first
+    assert store.put_if_unchanged("v", b"third", replaced) == store.get_versioned("v")[1]
     store.delete("v")
     assert store.version("v") is None
 
