@@ -78,6 +78,8 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self._shared = shared
         self._known: dict[str, StoredTransaction] = {}  # alone: each id's state and version, as last seen
+        # One change of an id at a time here: what _known holds is always the latest change's.
+        self._changing: dict[str, trio.Lock] = {}
         self.stats = TransactionStats()
         self._prepared: set[str] = set()  # to finish now (prepared here, or seen prepared elsewhere)
         self._woken = trio.Event()
@@ -110,6 +112,12 @@ class TransactionCoordinator:
     async def _change(self, transactional_id: str,
                       step: Callable[[StoredTransaction | None], Awaitable[Transaction | None]]) -> Transaction | None:
         """Read, decide, swap; again from the new state if another coordinator wrote first."""
+        async with self._changing.setdefault(transactional_id, trio.Lock()):
+            return await self._change_once(transactional_id, step)
+
+    async def _change_once(self, transactional_id: str,
+                           step: Callable[[StoredTransaction | None], Awaitable[Transaction | None]]
+                           ) -> Transaction | None:
         for _ in range(_ATTEMPTS):
             stored = await self._read(transactional_id)
             wanted = await step(stored)
