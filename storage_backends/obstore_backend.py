@@ -165,15 +165,10 @@ class LocalBackend(ObstoreBackend):
         """A new file linked into place (a link never replaces: a second writer gets
         FileExistsError); its version is the written inode's, taken before it is visible."""
         path = self.root / key
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        temporary = _temporary(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(temporary, "wb") as file:
-                file.write(data)
-                file.flush()
-                if self._fsync:
-                    os.fsync(file.fileno())
-                written = _file_version(os.fstat(file.fileno()))
+            written = self._write_file(temporary, data)
             os.link(temporary, path)
         except FileExistsError as exc:
             raise ObjectExists(key) from exc
@@ -195,7 +190,7 @@ class LocalBackend(ObstoreBackend):
             raise ObjectChanged(key) from exc
         except OSError as exc:
             raise StorageUnavailable(f"put {key}: {exc}") from exc
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        temporary = _temporary(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -204,12 +199,7 @@ class LocalBackend(ObstoreBackend):
                 raise ObjectChanged(key) from exc
             if current.st_ino != os.fstat(fd).st_ino or _file_version(current) != version:
                 raise ObjectChanged(key)
-            with open(temporary, "wb") as file:
-                file.write(data)
-                file.flush()
-                if self._fsync:
-                    os.fsync(file.fileno())
-                written = _file_version(os.fstat(file.fileno()))
+            written = self._write_file(temporary, data)
             os.rename(temporary, path)
             if self._fsync:
                 _fsync_path(path.parent)
@@ -219,6 +209,15 @@ class LocalBackend(ObstoreBackend):
         finally:
             os.close(fd)
         return written
+
+    def _write_file(self, path: Path, data: bytes) -> str:
+        """A new file holding ``data`` (fsync'd); its version, which a rename or link keeps."""
+        with open(path, "wb") as file:
+            file.write(data)
+            file.flush()
+            if self._fsync:
+                os.fsync(file.fileno())
+            return _file_version(os.fstat(file.fileno()))
 
     def _made_durable(self, key: str) -> None:
         if not self._fsync:
@@ -245,6 +244,11 @@ def _reason(exc: BaseException) -> str:
     """obstore's message without the multi-line debug dump it appends (one log line)."""
     text = str(exc).split("\n\nDebug source:", 1)[0]
     return " ".join(text.split())
+
+
+def _temporary(path: Path) -> Path:
+    """A name beside ``path`` no other writer uses (listings of segments skip it)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
 def _file_version(stat: os.stat_result) -> str:
