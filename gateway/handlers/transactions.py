@@ -10,7 +10,6 @@ so its requests usually meet one gateway.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 from kafscale.protocol.api_versions import ApiKey
@@ -21,9 +20,6 @@ from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
 from ..context import RequestContext
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
-
-log = logging.getLogger("kafscale.handlers.transactions")
-
 
 def fenced_code(request: Request, first_fenced_version: int) -> ErrorCode:
     """PRODUCER_FENCED for clients that know it (KIP-588), INVALID_PRODUCER_EPOCH before."""
