@@ -21,6 +21,7 @@ from ..context import RequestContext
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
+
 def fenced_code(request: Request, first_fenced_version: int) -> ErrorCode:
     """PRODUCER_FENCED for clients that know it (KIP-588), INVALID_PRODUCER_EPOCH before."""
     return ErrorCode.producer_fenced if request.header.api_version >= first_fenced_version \
