@@ -140,8 +140,9 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> Transaction:
         """InitProducerId with a transactional id: the id's producer under a new epoch,
-        which fences every older producer of it. An ongoing transaction is aborted first
-        (the client retries on CONCURRENT_TRANSACTIONS until its markers are written)."""
+        which fences every older producer of it. An ongoing transaction is aborted and
+        finished first (CONCURRENT_TRANSACTIONS only while another gateway has yet to write
+        its markers: the client retries)."""
         if not 0 < timeout_ms <= self.max_timeout_ms:
             raise KafkaError(ErrorCode.invalid_transaction_timeout,
                              f"transaction.timeout.ms {timeout_ms} is not in (0, {self.max_timeout_ms}]")
@@ -152,7 +153,7 @@ class TransactionCoordinator:
                 return Transaction(transactional_id, await self._new_producer_id(), 0, timeout_ms, updated_ms=now)
             current = stored.transaction
             if current.state.preparing:
-                return None  # still being finished: finished below, then the client retries
+                return None  # still being finished: finished below, then decided again
             if current.state == TxnState.ONGOING:
                 return current.aborted_for_fencing(now)
             if current.epoch_exhausted:
