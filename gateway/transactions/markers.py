@@ -2,7 +2,7 @@
 it owns, the pending offsets of the groups it coordinates.
 
 A partition's marker is written by its owner only (the one gateway that appends to it),
-and only if the producer's transaction is open there (:meth:`PartitionLog.write_marker`),
+and only if the producer's transaction is open there (:meth:`TransactionBook.write_marker`),
 so however often a transaction is finished, by whichever gateways, each partition gets
 one marker. Partitions of a deleted topic need none.
 """
