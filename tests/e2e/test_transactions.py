@@ -89,10 +89,11 @@ def test_committed_records_are_read_and_aborted_ones_only_by_read_uncommitted(ga
 
 def test_a_transaction_left_open_holds_read_committed_back_until_its_timeout_aborts_it(gateway):
     _create(gateway.bootstrap, ("open", 1))
-    producer = _transactional(gateway.bootstrap, "stuck", **{"transaction.timeout.ms": 4000})
+    producer = _transactional(gateway.bootstrap, "stuck", **{"transaction.timeout.ms": 10_000})
     producer.begin_transaction()
     producer.produce("open", value=b"never-committed", partition=0)
     producer.flush(10)
+    began = time.monotonic()
     other = Producer({"bootstrap.servers": gateway.bootstrap})
     other.produce("open", value=b"plain-after", partition=0)
     other.flush(10)
@@ -100,8 +101,9 @@ def test_a_transaction_left_open_holds_read_committed_back_until_its_timeout_abo
     gateway.start()
     # Until the timeout, read_committed stops at the open transaction's first record.
     assert _read(gateway.bootstrap, "open", 1, "read_committed", 1, timeout=1.5, settle=0) == []
+    assert time.monotonic() - began < 10, "the check above must run before the timeout"
     # Then the sweep aborts it; the plain record after it is visible, the aborted one never.
-    assert _read(gateway.bootstrap, "open", 1, "read_committed", 1, timeout=15) == [b"plain-after"]
+    assert _read(gateway.bootstrap, "open", 1, "read_committed", 1, timeout=30) == [b"plain-after"]
     with pytest.raises(KafkaException):
         producer.commit_transaction(10)  # fenced: its transaction was aborted
 
