@@ -231,7 +231,7 @@ class PartitionLog:
         self.high_watermark = entry.last_offset + 1
         if self._uncompacted_bytes is not None:
             self._uncompacted_bytes += entry.length
-        self._notify()
+        self.wake_readers()
         self._check_idle()
 
     def not_written(self, pending: Pending, error: KafkaError) -> None:
@@ -401,7 +401,8 @@ class PartitionLog:
     def remove_waiter(self, event: trio.Event) -> None:
         self._waiters.discard(event)
 
-    def _notify(self) -> None:
+    def wake_readers(self) -> None:
+        """Long-polling fetches re-read: new data is durable, or the last stable offset moved."""
         for event in self._waiters:
             event.set()
         self._waiters.clear()

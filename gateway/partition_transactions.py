@@ -48,6 +48,8 @@ class BookedLog(Protocol):
 
     def fence(self) -> None: ...
 
+    def wake_readers(self) -> None: ...
+
 
 class TransactionBook:
     def __init__(self, store: AsyncStore, key: str, log: BookedLog) -> None:
@@ -109,6 +111,7 @@ class TransactionBook:
             self.state.marker_appended(producer_id, offset, commit)
             self.open_since.pop(producer_id, None)
             self._changes += 1
+            log.wake_readers()  # read_committed fetches waiting at the old last stable offset
         await self.persist()
         return True
 

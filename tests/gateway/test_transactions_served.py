@@ -379,3 +379,31 @@ async def test_delete_records_past_an_open_transaction_keeps_the_lso_at_the_log_
     data = bytes(part.records)
     assert [r.value for h in split_batches(data) if not h.is_control
             for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))] == [b"p3", b"open-4"]
+
+
+async def test_a_read_committed_long_poll_wakes_when_the_transaction_commits(nursery):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    reader = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    assert (await _produce(client, "t", _txn_batch(producer, [b"v"]), "app")).error_code == ErrorCode.none
+    answered = {}
+
+    async def long_poll():
+        started = trio.current_time()
+        body = await _call(reader, 1, 12, dict(
+            replica_id=-1, max_wait=10_000, min_bytes=1, max_bytes=1 << 20, isolation_level=1, session_id=0,
+            session_epoch=-1, topics=[dict(topic="t", partitions=[dict(
+                partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+        answered["after"] = trio.current_time() - started
+        answered["part"] = body.responses[0].partitions[0]
+
+    async with trio.open_nursery() as waiting:
+        waiting.start_soon(long_poll)
+        await trio.sleep(0.3)
+        assert not answered  # held at the last stable offset: nothing to return yet
+        assert await _end(client, "app", producer, commit=True) == ErrorCode.none
+    assert answered["after"] < 3 and answered["part"].last_stable_offset == 2 and answered["part"].records
