@@ -22,7 +22,8 @@ from .errors import ErrorCode, KafkaError
 from .records import BatchHeader, Record, build_batch, iter_records
 
 __all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn",
-           "last_stable_offset", "MAX_EPOCH", "PartitionTransactions", "PendingOffset", "AbortedBatches"]
+           "last_stable_offset", "MAX_EPOCH", "PartitionTransactions", "PendingOffset", "AbortedBatches",
+           "aborted_overlapping"]
 
 MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16; at the last one the coordinator takes a new id
 _MARKER_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
@@ -279,6 +280,12 @@ class AbortedBatches:
         return at >= 0 and spans[at][0] <= header.base_offset <= spans[at][1]
 
 
+def aborted_overlapping(entries: Iterable[AbortedTxn], start: int, end: int) -> list[AbortedTxn]:
+    """The aborted transactions a read of ``[start, end)`` must be told of (Kafka's
+    ``aborted_transactions``): those that end at or after ``start`` and began before ``end``."""
+    return [entry for entry in entries if entry.last_offset >= start and entry.first_offset < end]
+
+
 def last_stable_offset(high_watermark: int, open_first_offsets: Iterable[int]) -> int:
     """The first offset of the oldest transaction still open, or the high watermark:
     read_committed consumers read up to here."""
@@ -333,10 +340,8 @@ class PartitionTransactions:
         return last_stable_offset(high_watermark, self.open.values())
 
     def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
-        """The aborted transactions a read_committed fetch of ``[start, end)`` must be told
-        of (Kafka's ``aborted_transactions``): those that end at or after ``start`` and began
-        before ``end``."""
-        return [entry for entry in self.aborted if entry.last_offset >= start and entry.first_offset < end]
+        """The aborted transactions a read_committed fetch of ``[start, end)`` must be told of."""
+        return aborted_overlapping(self.aborted, start, end)
 
     def encode(self, log_start: int, high_watermark: int, owner: str = "") -> bytes:
         """The stored form of what is durable (below ``high_watermark``: a transaction opened

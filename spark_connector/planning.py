@@ -19,7 +19,7 @@ from kafscale.protocol import stored_log as reads
 from kafscale.protocol.catalog import TopicInfo, catalog_prefix, decode_catalog, newest_catalog_key
 from kafscale.protocol.layout import topics_key
 from kafscale.protocol.log_view import PartitionView, Piece, first_record_at
-from kafscale.protocol.transactions import AbortedTxn
+from kafscale.protocol.transactions import AbortedTxn, aborted_overlapping
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
@@ -42,7 +42,7 @@ def partition_range(topic: str, partition: int, start: int, end: int, pieces: tu
                     allowed: Readable) -> PartitionRange:
     """The range ``[start, end)`` with the pieces and aborted transactions it needs."""
     return PartitionRange(topic, partition, start, end, pieces_for(pieces, start, end),
-                          tuple(e for e in allowed.aborted if e.last_offset >= start and e.first_offset < end))
+                          tuple(aborted_overlapping(allowed.aborted, start, end)))
 
 
 def read_catalog(store: ObjectStore, namespace: str) -> dict[str, TopicInfo]:
@@ -158,5 +158,5 @@ def split_ranges(ranges: list[PartitionRange], max_records: int | None, min_part
             last = min(first + step, part.end)
             pieces.append(PartitionRange(part.topic, part.partition, first, last,
                                          pieces_for(part.pieces, first, last),
-                                         tuple(e for e in part.aborted if e.last_offset >= first and e.first_offset < last)))
+                                         tuple(aborted_overlapping(part.aborted, first, last))))
     return pieces
