@@ -18,6 +18,7 @@ FORBIDDEN = {
     "protocol": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector", "trio", "obstore", "httpx", "socket"),
     "storage_backends": ("kafscale.gateway", "kafscale.spark_connector"),
     "spark_connector": ("kafscale.gateway",),
+    "kafka_client": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector"),
 }
 
 
