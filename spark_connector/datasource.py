@@ -1,7 +1,9 @@
-"""The PySpark data source ``kafscale``: ``spark.read.format("kafscale")``.
+"""The PySpark data source ``kafscale``: ``spark.read.format("kafscale")`` and
+``df.write.format("kafscale")`` (and their streaming forms).
 
-Same columns and option names as Spark's Kafka source; the data is read straight
-from storage (planning on the driver, segments fetched and decoded on executors).
+Same columns and option names as Spark's Kafka source and sink; the data is read
+straight from storage (planning on the driver, segments fetched and decoded on
+executors) and written through the gateways (:mod:`.sink`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from .options import OptionError, ReadOptions, parse_options
 from .planning import plan
 from .rows import HEADERS_DDL, SPARK_SCHEMA, read_range
+from .sink import KafscaleBatchWriter, KafscaleStreamWriter, check_columns
 from .streaming import KafscaleStreamReader
 from .tasks import KafscaleInputPartition, open_location
+from .write_options import WriteOptions, parse_write_options
 
 __all__ = ["KafscaleDataSource", "register"]
 
@@ -37,20 +41,36 @@ class KafscaleDataSource(DataSource):
     def name(cls) -> str:
         return "kafscale"
 
-    def __init__(self, options) -> None:
-        super().__init__(options)
-        self.parsed = parse_options(dict(options))
+    # Options are parsed by what is asked for: reading and writing take different ones.
+
+    def _read_options(self) -> ReadOptions:
+        return parse_options(dict(self.options))
+
+    def _write_options(self, schema, overwrite: bool) -> WriteOptions:
+        if overwrite:
+            raise OptionError("format kafscale appends to topics: save mode overwrite is not supported "
+                              "(as in Spark's Kafka sink)")
+        options = parse_write_options(dict(self.options))
+        check_columns(schema, options)
+        return options
 
     def schema(self) -> str:
-        return SPARK_SCHEMA + (HEADERS_DDL if self.parsed.include_headers else "")
+        return SPARK_SCHEMA + (HEADERS_DDL if self._read_options().include_headers else "")
 
     def reader(self, schema) -> DataSourceReader:
-        return KafscaleBatchReader(self.parsed)
+        return KafscaleBatchReader(self._read_options())
 
     def streamReader(self, schema):
-        if self.parsed.ending_given:
+        options = self._read_options()
+        if options.ending_given:
             raise OptionError("option endingOffsets is not valid in streaming queries (as in Spark's Kafka source)")
-        return KafscaleStreamReader(self.parsed, open_location)
+        return KafscaleStreamReader(options, open_location)
+
+    def writer(self, schema, overwrite: bool):
+        return KafscaleBatchWriter(self._write_options(schema, overwrite))
+
+    def streamWriter(self, schema, overwrite: bool):
+        return KafscaleStreamWriter(self._write_options(schema, overwrite))
 
 
 def register(spark) -> None:
