@@ -1,5 +1,7 @@
 """Read a topic with Spark from storage and print the seconds of each read as JSON:
-``python bench/spark_read.py DATA TOPIC COUNT [RUNS]``.
+``python bench/spark_read.py DATA TOPIC COUNT [RUNS]``; in the same session, the ceiling of
+any Python data source: one whose tasks yield the same number of rows of the same schema
+(values of 100 B) as ready Arrow batches (built in the task with no reading or decoding).
 
 Run as a script (not ``-m``) so that an earlier commit's connector, put first on
 PYTHONPATH by bench/baseline.py, is the one imported (by the driver and the workers).
@@ -24,20 +26,71 @@ def main(data: str, topic: str, count: int, runs: int = 2) -> None:
     from kafscale.spark_connector import register
 
     register(spark)  # discovery of pyspark_* modules does not see editable installs
-    try:
+    ceiling_source = _ceiling_source(count)
+    if ceiling_source is not None:
+        spark.dataSource.register(ceiling_source)
+
+    def timed(reader) -> list[float]:
         seconds = []
         for _ in range(runs):
             started = time.perf_counter()
-            df = spark.read.format("kafscale").option("subscribe", topic).load(data)
-            total = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+            total = reader().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
             seconds.append(time.perf_counter() - started)
             if total.n != count:
                 raise SystemExit(f"read {total.n} records, expected {count}")
+        return seconds
+
+    try:
+        seconds = timed(lambda: spark.read.format("kafscale").option("subscribe", topic).load(data))
+        ceiling = timed(lambda: spark.read.format("arrow_ceiling").load()) if ceiling_source else []
     finally:
         spark.stop()
     import kafscale
 
-    print(json.dumps({"seconds": seconds, "connector": os.path.dirname(kafscale.__file__)}))
+    print(json.dumps({"seconds": seconds, "ceiling": ceiling, "connector": os.path.dirname(kafscale.__file__)}))
+
+
+def _ceiling_source(count: int, partitions: int = 3):
+    """A data source whose tasks yield ready Arrow batches: Spark's cost of taking rows from
+    Python, with no reading or decoding at all. (None where pyspark's API is older.)"""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from kafscale.spark_connector.rows import SPARK_SCHEMA, arrow_schema
+
+    rows_per_batch = 65_536
+
+    def ready_batch(partition: int, rows: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([
+            pa.nulls(rows, pa.binary()), pa.repeat(pa.scalar(b"v" * 100, pa.binary()), rows),
+            pa.repeat(pa.scalar("spark-bench", pa.string()), rows), pa.repeat(pa.scalar(partition, pa.int32()), rows),
+            pa.array(range(rows), pa.int64()),
+            pa.repeat(pa.scalar(1_700_000_000_000_000, pa.int64()), rows).cast(pa.timestamp("us", tz="UTC")),
+            pa.repeat(pa.scalar(0, pa.int32()), rows)], schema=arrow_schema(False))
+
+    class Reader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(p) for p in range(partitions)]
+
+        def read(self, partition):
+            rows = count // partitions + (1 if partition.value < count % partitions else 0)
+            full, rest = divmod(rows, rows_per_batch)
+            batches = [ready_batch(partition.value, rows_per_batch)] * full + \
+                ([ready_batch(partition.value, rest)] if rest else [])
+            yield from batches
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls):
+            return "arrow_ceiling"
+
+        def schema(self):
+            return SPARK_SCHEMA
+
+        def reader(self, schema):
+            return Reader()
+
+    return Ceiling
 
 
 if __name__ == "__main__":
