@@ -15,7 +15,7 @@ import sys
 import time
 
 
-def main(data: str, topic: str, count: int, runs: int = 2) -> None:
+def main(data: str, topic: str, count: int, runs: int = 4) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -30,19 +30,20 @@ def main(data: str, topic: str, count: int, runs: int = 2) -> None:
     if ceiling_source is not None:
         spark.dataSource.register(ceiling_source)
 
-    def timed(reader) -> list[float]:
-        seconds = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            total = reader().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
-            seconds.append(time.perf_counter() - started)
-            if total.n != count:
-                raise SystemExit(f"read {total.n} records, expected {count}")
-        return seconds
+    def timed(reader) -> float:
+        started = time.perf_counter()
+        total = reader().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+        if total.n != count:
+            raise SystemExit(f"read {total.n} records, expected {count}")
+        return time.perf_counter() - started
 
+    seconds: list[float] = []
+    ceiling: list[float] = []
     try:
-        seconds = timed(lambda: spark.read.format("kafscale").option("subscribe", topic).load(data))
-        ceiling = timed(lambda: spark.read.format("arrow_ceiling").load()) if ceiling_source else []
+        for _ in range(runs):  # interleaved: neither gains from a warmer session
+            seconds.append(timed(lambda: spark.read.format("kafscale").option("subscribe", topic).load(data)))
+            if ceiling_source is not None:
+                ceiling.append(timed(lambda: spark.read.format("arrow_ceiling").load()))
     finally:
         spark.stop()
     import kafscale

@@ -22,11 +22,7 @@ _KNOWN = {
     "includeheaders", "failondataloss", "s3.endpoint", "s3.region", "s3.accesskeyid", "s3.secretaccesskey",
     "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
-    "minoffsetspertrigger", "maxtriggerdelay", "kafka.isolation.level",
-}
-# Options of Spark's Kafka source that this reader does not implement yet: named, not ignored.
-_NOT_YET = {
-    "startingoffsetsbytimestampstrategy",
+    "minoffsetspertrigger", "maxtriggerdelay", "kafka.isolation.level", "startingoffsetsbytimestampstrategy",
 }
 
 
@@ -57,6 +53,9 @@ class ReadOptions:
     # kafka.isolation.level: read_committed reads below each partition's last stable offset and
     # drops aborted transactions' records; read_uncommitted (Spark's default) reads them all.
     read_committed: bool = False
+    # startingOffsetsByTimestampStrategy: a partition with no record at or after its starting
+    # timestamp fails the query ("error", Spark's default) or starts at its latest offset.
+    no_record_at_timestamp_fails: bool = True
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -137,15 +136,12 @@ def _timestamps(single: str, by_partition: str, lowered: Mapping[str, str]):
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     lowered = {key.lower(): value for key, value in options.items()}
-    unknown = sorted(set(lowered) - _KNOWN - _NOT_YET - {"kafka.bootstrap.servers"})
+    unknown = sorted(set(lowered) - _KNOWN - {"kafka.bootstrap.servers"})
     isolation = lowered.get("kafka.isolation.level", "read_uncommitted").lower()
     if isolation not in ("read_committed", "read_uncommitted"):
         raise OptionError(f"option kafka.isolation.level must be read_committed or read_uncommitted, got {isolation!r}")
     if unknown:
         raise OptionError(f"unknown option(s) {', '.join(unknown)} for format kafscale")
-    not_yet = sorted(set(lowered) & _NOT_YET)
-    if not_yet:
-        raise OptionError(f"option(s) {', '.join(not_yet)} are not supported by format kafscale yet")
     if "kafka.bootstrap.servers" in lowered:
         raise OptionError("format kafscale reads storage, not a broker: give the data location as the path "
                           "(load('./data') or load('s3://bucket/prefix')) instead of kafka.bootstrap.servers")
@@ -186,6 +182,9 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         raise OptionError("give startingOffsets or a starting timestamp, not both")
     if ending_timestamp is not None and "endingoffsets" in lowered:
         raise OptionError("give endingOffsets or an ending timestamp, not both")
+    strategy = lowered.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}")
     return ReadOptions(
         path=path,
         namespace=lowered.get("namespace", "kafscale"),
@@ -205,5 +204,6 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_trigger_delay_ms=_duration_ms("maxTriggerDelay", lowered.get("maxtriggerdelay", "15m")),
         max_records_per_partition=_positive("maxRecordsPerPartition", lowered.get("maxrecordsperpartition")),
         read_committed=isolation == "read_committed",
+        no_record_at_timestamp_fails=strategy == "error",
         s3=s3,
     )

@@ -25,7 +25,8 @@ from kafscale.storage_backends import ObjectNotFound, ObjectStore
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
 from .stored_log import DataLossError, LogEntries, Readable, load_piece, read, readable, snapshot
 
-__all__ = ["PartitionRange", "partition_range", "plan", "read_catalog", "pieces_for", "timestamp_for", "offset_for_timestamp"]
+__all__ = ["PartitionRange", "partition_range", "plan", "read_catalog", "pieces_for", "timestamp_for",
+           "offset_for_timestamp", "starting_at_timestamp"]
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,7 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
             allowed = readable(store, options.namespace, topic, partition, snap, options.read_committed)
             start = _resolve(options.starting, topic, partition, snap, allowed.latest, "start")
             end = min(_resolve(options.ending, topic, partition, snap, allowed.latest, "end"), allowed.latest)
-            if options.starting_timestamp is not None:
-                wanted = timestamp_for(options.starting_timestamp, topic, partition)
-                if wanted is not None:
-                    found = offset_for_timestamp(store, snap, wanted)
-                    if found is None:  # as Spark's Kafka source (strategy "error")
-                        raise OptionError(f"no record in {topic}-{partition} has a timestamp >= {wanted}")
-                    start = found
+            start = starting_at_timestamp(store, options, topic, partition, snap, allowed.latest, start)
             if options.ending_timestamp is not None:
                 wanted = timestamp_for(options.ending_timestamp, topic, partition)
                 if wanted is not None:
@@ -113,6 +108,23 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
     if options.max_records_per_partition or options.min_partitions:
         ranges = split_ranges(ranges, options.max_records_per_partition, options.min_partitions)
     return ranges
+
+
+def starting_at_timestamp(store: ObjectStore, options: ReadOptions, topic: str, partition: int, snap: PartitionView,
+                          latest: int, otherwise: int) -> int:
+    """Where a starting timestamp option starts this partition (``otherwise`` without one):
+    the first record at or after it; with none, as startingOffsetsByTimestampStrategy says."""
+    wanted = timestamp_for(options.starting_timestamp, topic, partition) \
+        if options.starting_timestamp is not None else None
+    if wanted is None:
+        return otherwise
+    found = offset_for_timestamp(store, snap, wanted)
+    if found is not None:
+        return min(found, latest)
+    if options.no_record_at_timestamp_fails:
+        raise OptionError(f"no record in {topic}-{partition} has a timestamp >= {wanted} (set "
+                          "startingOffsetsByTimestampStrategy=latest to start such partitions at their latest offset)")
+    return latest
 
 
 def timestamp_for(wanted: int | dict, topic: str, partition: int) -> int | None:

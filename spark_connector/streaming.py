@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, ReadOptions
-from .planning import offset_for_timestamp, partition_range, read_catalog, timestamp_for
+from .planning import partition_range, read_catalog, starting_at_timestamp
 from .rows import read_range
 from .stored_log import DataLossError, LogEntries, readable, snapshot
 from .tasks import KafscaleInputPartition
@@ -65,11 +65,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if isinstance(wanted, dict):
                 wanted = wanted.get(topic, {}).get(partition, EARLIEST)
             offset = snap.log_start if wanted == EARLIEST else allowed.latest if wanted == LATEST else wanted
-            stamp = timestamp_for(self.options.starting_timestamp, topic, partition) \
-                if self.options.starting_timestamp is not None else None
-            if stamp is not None:
-                found = offset_for_timestamp(store, snap, stamp)
-                offset = allowed.latest if found is None else min(found, allowed.latest)
+            offset = starting_at_timestamp(store, self.options, topic, partition, snap, allowed.latest, offset)
             initial.setdefault(topic, {})[str(partition)] = offset
         return initial
 

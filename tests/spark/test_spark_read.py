@@ -118,6 +118,12 @@ def test_timestamps_and_partition_splitting(spark, produced):
     assert read(minPartitions="7").rdd.getNumPartitions() >= 7
     with pytest.raises(Exception, match="no record .* has a timestamp"):
         read(startingTimestamp=str(1_800_000_000_000)).count()
+    # Strategy latest: such a partition starts at its latest offset (nothing to read in a batch).
+    assert read(startingTimestamp=str(1_800_000_000_000), startingOffsetsByTimestampStrategy="latest").count() == 0
+    mixed = read(startingOffsetsByTimestamp=f'{{"sp-zstd": {{"0": 1800000000000, "1": {start_ms}}}}}',
+                 startingOffsetsByTimestampStrategy="latest")
+    assert key(mixed) == key(everything.filter((F.col("partition") > 1)
+                                               | ((F.col("partition") == 1) & (F.col("timestamp") >= as_ts(start_ms)))))
 
 
 def test_bad_options_name_the_problem(spark, produced):
@@ -127,7 +133,7 @@ def test_bad_options_name_the_problem(spark, produced):
         ({"subscribe": "sp-none", "assign": '{"sp-none": [0]}'}, "exactly one of"),
         ({"subscribe": "missing-topic"}, "do not exist"),
         ({"subscribe": "sp-none", "startingOffsets": "sometime"}, "startingOffsets"),
-        ({"subscribe": "sp-none", "startingOffsetsByTimestampStrategy": "latest"}, "not supported"),
+        ({"subscribe": "sp-none", "startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest"),
     ]
     for options, message in cases:
         with pytest.raises(Exception, match=message):
