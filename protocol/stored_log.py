@@ -27,7 +27,7 @@ from .index import SegmentIndex
 from .layout import index_key_of_segment, log_prefix, parse_log_object_key, parse_segment_key
 from .log_object import LogEntry, LogObjectDirectory, directory_from_tail, parse_directory, tail_start
 from .log_view import SEGMENT, PartitionView, Piece, StoredSegment, first_record_at, partition_view
-from .records import split_batches
+from .records import BatchHeader, split_batches
 from .segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, segment_last
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "MISSING",
     "LOAD_WHOLE",
     "segment_index",
+    "segment_span",
     "first_at_timestamp",
     "first_in_spans",
     "Read",
@@ -272,6 +273,39 @@ def first_in_spans(piece: Piece, index: SegmentIndex, timestamp: int, low: int, 
         if found is not None:
             return found
     return None
+
+
+def segment_span(piece: Piece, start: int, end: int) -> Reader[tuple[bytes, list[BatchHeader]] | _LoadWhole]:
+    """The batches of a segment piece that hold offsets ``[start, end)``, read as one byte
+    range between two entries of the segment's sparse index (each batch CRC-checked; the
+    segment's own CRC covers the whole object and is checked by a whole read).
+    :data:`LOAD_WHOLE` when the range covers the piece, there is no usable index, or the
+    span does not read back as the index says."""
+    if piece.kind != SEGMENT or (start <= piece.base_offset and end > piece.last_offset):
+        return LOAD_WHOLE
+    index = yield from segment_index(piece)
+    if index is None:
+        return LOAD_WHOLE
+    entries = index.entries
+    first = entries[0]
+    for entry in entries:
+        if entry.offset > start:
+            break
+        first = entry
+    stop = next((entry.position for entry in entries if entry.offset >= end and entry.offset > first.offset),
+                piece.size - SEGMENT_FOOTER_SIZE)
+    if not SEGMENT_HEADER_SIZE <= first.position < stop <= piece.size - SEGMENT_FOOTER_SIZE:
+        return LOAD_WHOLE
+    (span,) = yield [ReadRange(piece.key, first.position, stop)]
+    if span is MISSING:
+        return LOAD_WHOLE  # merged away since: the whole read finds where its offsets are now
+    try:
+        batches = split_batches(span)
+    except (SegmentFormatError, CorruptBatch):
+        return LOAD_WHOLE  # damaged or not what the index says: the whole read decides
+    if not batches or batches[0].base_offset != first.offset:
+        return LOAD_WHOLE
+    return span, batches
 
 
 def gather(readers: Iterable[Reader[T]]) -> Reader[list[T | SegmentFormatError]]:

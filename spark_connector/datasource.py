@@ -8,10 +8,13 @@ executors) and written through the gateways (:mod:`.sink`).
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from collections.abc import Iterable
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 
 from .options import OptionError, ReadOptions, parse_options
 from .planning import plan
+from .pushdown import NO_BOUNDS, push
 from .rows import HEADERS_DDL, SPARK_SCHEMA, read_range
 from .sink import KafscaleBatchWriter, KafscaleStreamWriter, check_columns
 from .streaming import KafscaleStreamReader
@@ -25,8 +28,10 @@ class KafscaleBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
 
+    bounds = NO_BOUNDS
+
     def partitions(self) -> list[InputPartition]:
-        ranges = plan(open_location(self.options), self.options)
+        ranges = plan(open_location(self.options), self.options, self.bounds)
         return [KafscaleInputPartition(r, self.options) for r in ranges]
 
     def read(self, partition: InputPartition):
@@ -34,6 +39,16 @@ class KafscaleBatchReader(DataSourceReader):
             return  # nothing planned: Spark still runs one default partition
         store = open_location(partition.options)
         yield from read_range(store, partition.range, partition.options.include_headers)
+
+
+class KafscalePushdownReader(KafscaleBatchReader):
+    """The batch reader taking Spark's pushed filters (:mod:`.pushdown`): a separate class
+    because PySpark refuses a reader that implements pushFilters unless
+    spark.sql.python.filterPushdown.enabled is set."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.bounds, left = push(filters, self.bounds)
+        return left
 
 
 class KafscaleDataSource(DataSource):
@@ -58,7 +73,8 @@ class KafscaleDataSource(DataSource):
         return SPARK_SCHEMA + (HEADERS_DDL if self._read_options().include_headers else "")
 
     def reader(self, schema) -> DataSourceReader:
-        return KafscaleBatchReader(self._read_options())
+        options = self._read_options()
+        return (KafscalePushdownReader if options.push_filters else KafscaleBatchReader)(options)
 
     def streamReader(self, schema):
         options = self._read_options()

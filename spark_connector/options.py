@@ -23,6 +23,7 @@ _KNOWN = {
     "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
     "minoffsetspertrigger", "maxtriggerdelay", "kafka.isolation.level", "startingoffsetsbytimestampstrategy",
+    "pushfilters",
 }
 
 
@@ -56,6 +57,9 @@ class ReadOptions:
     # startingOffsetsByTimestampStrategy: a partition with no record at or after its starting
     # timestamp fails the query ("error", Spark's default) or starts at its latest offset.
     no_record_at_timestamp_fails: bool = True
+    # pushFilters: take Spark's pushed filters (needs spark.sql.python.filterPushdown.enabled,
+    # off by default in PySpark, where a reader that takes filters fails without it).
+    push_filters: bool = False
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -205,5 +209,6 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_records_per_partition=_positive("maxRecordsPerPartition", lowered.get("maxrecordsperpartition")),
         read_committed=isolation == "read_committed",
         no_record_at_timestamp_fails=strategy == "error",
+        push_filters=_bool("pushFilters", lowered.get("pushfilters", "false")),
         s3=s3,
     )

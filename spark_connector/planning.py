@@ -23,6 +23,7 @@ from kafscale.protocol.transactions import AbortedTxn, aborted_overlapping
 from kafscale.storage_backends import ObjectNotFound, ObjectStore
 
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
+from .pushdown import NO_BOUNDS, Bounds
 from .stored_log import DataLossError, LogEntries, Readable, load_piece, read, readable, snapshot
 
 __all__ = ["PartitionRange", "partition_range", "plan", "read_catalog", "pieces_for", "timestamp_for",
@@ -69,7 +70,8 @@ def _resolve(wanted: int | dict, topic: str, partition: int, snap: PartitionView
     return offset
 
 
-def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
+def plan(store: ObjectStore, options: ReadOptions, bounds: Bounds = NO_BOUNDS) -> list[PartitionRange]:
+    """The ranges to read; ``bounds`` (pushed filters) prune partitions and offsets first."""
     entries = LogEntries(store, options.namespace)  # before the segments: see the module's docstring
     topics = read_catalog(store, options.namespace)
     ranges = []
@@ -82,6 +84,8 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
         for partition in partitions:
             if not 0 <= partition < count:
                 raise OptionError(f"topic {topic} has no partition {partition}")
+            if not bounds.allows(partition):
+                continue
             snap = snapshot(store, options.namespace, info, partition, entries.of(info, partition))
             allowed = readable(store, options.namespace, topic, partition, snap, options.read_committed)
             start = _resolve(options.starting, topic, partition, snap, allowed.latest, "start")
@@ -92,6 +96,10 @@ def plan(store: ObjectStore, options: ReadOptions) -> list[PartitionRange]:
                 if wanted is not None:
                     found = offset_for_timestamp(store, snap, wanted)
                     end = allowed.latest if found is None else min(found, allowed.latest)
+            start, end = bounds.clip(start, end)
+            if bounds.earliest_timestamp_ms is not None and start < end:
+                found = offset_for_timestamp(store, snap, bounds.earliest_timestamp_ms)
+                start = end if found is None else max(start, found)
             if start < snap.log_start:
                 if options.fail_on_data_loss:
                     raise DataLossError(

@@ -151,7 +151,7 @@ def read_range(store: ObjectStore, part: PartitionRange, include_headers: bool, 
     aborted = AbortedBatches(part.aborted)
     position = part.start  # pieces may overlap (an entry compacted but not yet deleted)
     for piece in part.pieces:
-        for data, batches in load_piece(store, piece):
+        for data, batches in load_piece(store, piece, position, part.end):
             for batch in batches:
                 if batch.last_offset < position or batch.base_offset >= part.end:
                     continue

@@ -141,10 +141,17 @@ def _segment(store: ObjectStore, key: str) -> tuple[bytes, list[BatchHeader]]:
     return segment.data, segment.batches
 
 
-def load_piece(store: ObjectStore, piece: Piece) -> Iterator[tuple[bytes | memoryview, list[BatchHeader]]]:
-    """A piece's bytes and batches. A piece deleted since planning (an entry compacted, a
+def load_piece(store: ObjectStore, piece: Piece, start: int | None = None,
+               end: int | None = None) -> Iterator[tuple[bytes | memoryview, list[BatchHeader]]]:
+    """A piece's bytes and batches; of a segment only the span holding ``[start, end)`` where
+    its index says where that is. A piece deleted since planning (an entry compacted, a
     segment merged into an earlier one) is read from the segments that now hold its offsets."""
     entry = piece.entry
+    if entry is None and start is not None and end is not None:
+        span = read(store, reads.segment_span(piece, start, end))
+        if isinstance(span, tuple):  # else LOAD_WHOLE
+            yield span
+            return
     try:
         if entry is None:
             yield _segment(store, piece.key)

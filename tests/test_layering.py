@@ -122,7 +122,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("folder", ["gateway", "spark_connector", "protocol", "storage_backends"])
+@pytest.mark.parametrize("folder", ["gateway", "spark_connector", "protocol", "storage_backends", "kafka_client"])
 def test_no_import_cycles(folder):
     assert _cycles(_graph((folder,))) == []
 
@@ -171,10 +171,10 @@ def test_only_the_composition_root_and_the_server_build_the_cluster_member_and_t
     assert users == {"gateway/wiring.py"}
 
 
-def test_spark_connector_imports_only_protocol_and_storage_backends_of_ours():
+def test_spark_connector_imports_only_protocol_storage_backends_and_the_client_of_ours():
     ours = [(path.relative_to(ROOT).as_posix(), name) for path in sorted((ROOT / "spark_connector").rglob("*.py"))
             for _, name in _imports(path) if name.startswith(PACKAGE + ".")]
-    allowed = (f"{PACKAGE}.protocol", f"{PACKAGE}.storage_backends")
+    allowed = (f"{PACKAGE}.protocol", f"{PACKAGE}.storage_backends", f"{PACKAGE}.kafka_client")
     assert [(path, name) for path, name in ours if not name.startswith(allowed)] == []
 
 
