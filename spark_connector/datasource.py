@@ -74,6 +74,8 @@ class KafscaleDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         options = self._read_options()
+        if options.progress_group is not None:
+            raise OptionError("option progressGroup is for streams (it commits each micro-batch's end offsets)")
         return (KafscalePushdownReader if options.push_filters else KafscaleBatchReader)(options)
 
     def streamReader(self, schema):

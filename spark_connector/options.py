@@ -12,6 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .client_settings import CLIENT_OPTIONS, ClientSettings, parse_client_settings
+from .errors import OptionError
+
 __all__ = ["ReadOptions", "OptionError", "parse_options", "EARLIEST", "LATEST"]
 
 EARLIEST = -2
@@ -23,12 +26,8 @@ _KNOWN = {
     "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
     "minoffsetspertrigger", "maxtriggerdelay", "kafka.isolation.level", "startingoffsetsbytimestampstrategy",
-    "pushfilters",
-}
-
-
-class OptionError(ValueError):
-    """An option is unknown, malformed or contradicts another."""
+    "pushfilters", "progressgroup",
+} | CLIENT_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,10 @@ class ReadOptions:
     # pushFilters: take Spark's pushed filters (needs spark.sql.python.filterPushdown.enabled,
     # off by default in PySpark, where a reader that takes filters fails without it).
     push_filters: bool = False
+    # progressGroup: a stream commits each micro-batch's end offsets to this consumer group
+    # through the gateways (``client``), for lag tools; the checkpoint stays the truth.
+    progress_group: str | None = None
+    client: ClientSettings | None = None
     s3: dict[str, str] = field(default_factory=dict)
 
     def topic_matches(self, topic: str) -> bool:
@@ -140,15 +143,20 @@ def _timestamps(single: str, by_partition: str, lowered: Mapping[str, str]):
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     lowered = {key.lower(): value for key, value in options.items()}
-    unknown = sorted(set(lowered) - _KNOWN - {"kafka.bootstrap.servers"})
+    unknown = sorted(set(lowered) - _KNOWN)
     isolation = lowered.get("kafka.isolation.level", "read_uncommitted").lower()
     if isolation not in ("read_committed", "read_uncommitted"):
         raise OptionError(f"option kafka.isolation.level must be read_committed or read_uncommitted, got {isolation!r}")
     if unknown:
         raise OptionError(f"unknown option(s) {', '.join(unknown)} for format kafscale")
-    if "kafka.bootstrap.servers" in lowered:
+    progress_group = lowered.get("progressgroup")
+    if "kafka.bootstrap.servers" in lowered and not progress_group:
         raise OptionError("format kafscale reads storage, not a broker: give the data location as the path "
-                          "(load('./data') or load('s3://bucket/prefix')) instead of kafka.bootstrap.servers")
+                          "(load('./data') or load('s3://bucket/prefix')) instead of kafka.bootstrap.servers "
+                          "(which only a stream's progressGroup uses)")
+    if progress_group is not None and not lowered.get("kafka.bootstrap.servers"):
+        raise OptionError("option progressGroup commits offsets through the gateways: give kafka.bootstrap.servers")
+    client = parse_client_settings(lowered, "kafscale-spark-progress") if progress_group else None
     path = lowered.get("path")
     if not path:
         raise OptionError("format kafscale needs the data location: load('./data') or option('path', ...)")
@@ -210,5 +218,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         read_committed=isolation == "read_committed",
         no_record_at_timestamp_fails=strategy == "error",
         push_filters=_bool("pushFilters", lowered.get("pushfilters", "false")),
+        progress_group=progress_group,
+        client=client,
         s3=s3,
     )

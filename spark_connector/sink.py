@@ -102,10 +102,6 @@ def _produce(producer: Producer, batch: pa.RecordBatch, topic_option: str | None
     return count
 
 
-def _cluster(options: WriteOptions) -> Cluster:
-    return Cluster(options.bootstrap_servers, options.security, client_id=options.client_id)
-
-
 def _producer(cluster: Cluster, options: WriteOptions, transactional_id: str | None) -> Producer:
     return Producer(cluster, transactional_id=transactional_id, transaction_timeout_ms=options.transaction_timeout_ms,
                     compression=options.compression, batch_bytes=options.batch_bytes,
@@ -115,7 +111,7 @@ def _producer(cluster: Cluster, options: WriteOptions, transactional_id: str | N
 def _write(options: WriteOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskWritten:
     context = TaskContext.get()
     task = context.partitionId() if context is not None else 0
-    with _cluster(options) as cluster:
+    with options.client.cluster() as cluster:
         if not options.exactly_once:
             producer = _producer(cluster, options, None)
             rows = sum(_produce(producer, batch, options.topic) for batch in batches)
@@ -141,7 +137,7 @@ def _end_all(options: WriteOptions, messages: list, commit: bool) -> None:
     open_transactions = [m for m in messages if isinstance(m, TaskWritten) and m.identity is not None]
     if not open_transactions:
         return
-    with _cluster(options) as cluster:
+    with options.client.cluster() as cluster:
         failures = []
         for message in open_transactions:
             assert message.transactional_id is not None and message.identity is not None

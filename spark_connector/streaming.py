@@ -8,14 +8,23 @@ proportion to their backlog); ``minOffsetsPerTrigger`` holds a micro-batch back
 until that many records wait or ``maxTriggerDelay`` passed; Trigger.AvailableNow
 reads up to the offsets that existed when the query started, then stops. Under
 ``kafka.isolation.level`` read_committed, "latest" is each partition's last stable offset.
+``progressGroup`` commits each finished micro-batch's end offsets to that consumer group
+through the gateways, so lag tools show the query like any consumer (never read back: the
+checkpoint is the query's truth). They are committed when Spark asks for the next offsets
+(``latestOffset``'s start is the end of a finished micro-batch: Spark plans the next only
+after the last one's commit is in the checkpoint) and when Spark commits to the source
+(which it does late, or never for Trigger.AvailableNow's last micro-batch).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow
+
+from kafscale.kafka_client.groups import commit_offsets
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import partition_range, read_catalog, starting_at_timestamp
@@ -24,6 +33,8 @@ from .stored_log import DataLossError, LogEntries, readable, snapshot
 from .tasks import KafscaleInputPartition
 
 __all__ = ["KafscaleStreamReader"]
+
+log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
 
@@ -34,6 +45,8 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._open = open_location
         self._target: Offsets | None = None
         self._last_trigger = time.monotonic()
+        self._latest_seen: Offsets | None = None
+        self._progress_committed: Offsets | None = None
 
     def _snapshots(self):
         store = self._open(self.options)
@@ -55,7 +68,13 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest: Offsets = {}
         for (topic, partition), (_, allowed) in self._snapshots().items():
             latest.setdefault(topic, {})[str(partition)] = allowed.latest
+        self._latest_seen = latest
         return latest
+
+    def reportLatestOffset(self) -> Offsets | None:
+        """The latest offsets seen when the micro-batch was planned (PySpark 4.2+ shows them in
+        the query's progress, as Spark's Kafka source does)."""
+        return self._latest_seen
 
     def initialOffset(self) -> Offsets:
         initial: Offsets = {}
@@ -80,6 +99,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._latest()
 
     def latestOffset(self, start: Offsets, limit) -> Offsets:
+        self._commit_progress(start)
         latest = self._target if self._target is not None else self._latest()
         begin = {topic: dict(parts) for topic, parts in (start or {}).items()}
         backlog = {}
@@ -133,4 +153,20 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(self._open(partition.options), partition.range, partition.options.include_headers)
 
     def commit(self, end: Offsets) -> None:
-        """Nothing to release: segments are immutable and read in place."""
+        """Segments are immutable and read in place: nothing to release."""
+        self._commit_progress(end)
+
+    def _commit_progress(self, done: Offsets | None) -> None:
+        """With progressGroup, offsets up to ``done`` go to the group (a failure is logged,
+        never fails the query)."""
+        group, client = self.options.progress_group, self.options.client
+        if group is None or client is None or not done or done == self._progress_committed:
+            return
+        offsets = {(topic, int(partition)): offset for topic, parts in done.items()
+                   for partition, offset in parts.items()}
+        try:
+            with client.cluster() as cluster:
+                commit_offsets(cluster, group, offsets)
+            self._progress_committed = done
+        except Exception as exc:  # progress for lag tools only: the checkpoint is the truth
+            log.warning("committing progress to group %r failed: %s", group, exc)

@@ -11,10 +11,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kafscale.kafka_client import Security
-from kafscale.kafka_client.security import SecurityError, credentials_from_jaas
 from kafscale.protocol.compression import Compression
 
+from .client_settings import CLIENT_OPTIONS, ClientSettings, parse_client_settings
 from .options import OptionError
 
 __all__ = ["WriteOptions", "parse_write_options", "AT_LEAST_ONCE", "EXACTLY_ONCE"]
@@ -22,12 +21,9 @@ __all__ = ["WriteOptions", "parse_write_options", "AT_LEAST_ONCE", "EXACTLY_ONCE
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 
-_KNOWN = {
-    "kafka.bootstrap.servers", "topic", "delivery", "transactionalidprefix", "kafka.security.protocol",
-    "kafka.sasl.mechanism", "kafka.sasl.jaas.config", "kafka.sasl.username", "kafka.sasl.password",
-    "kafka.ssl.ca.location", "kafka.ssl.certificate.location", "kafka.ssl.key.location",
-    "kafka.ssl.endpoint.identification.algorithm", "kafka.compression.type", "kafka.batch.size",
-    "kafka.buffer.memory", "kafka.transaction.timeout.ms", "kafka.delivery.timeout.ms", "kafka.client.id",
+_KNOWN = CLIENT_OPTIONS | {
+    "topic", "delivery", "transactionalidprefix", "kafka.compression.type", "kafka.batch.size",
+    "kafka.buffer.memory", "kafka.transaction.timeout.ms", "kafka.delivery.timeout.ms",
 }
 # Spark's Kafka sink settings that make no sense here: refused with the reason.
 _REFUSED = {
@@ -44,17 +40,15 @@ _CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compres
 
 @dataclass(frozen=True)
 class WriteOptions:
-    bootstrap_servers: str
+    client: ClientSettings
     topic: str | None = None
     exactly_once: bool = False
     transactional_id_prefix: str | None = None
-    security: Security = Security()
     compression: Compression = Compression.NONE
     batch_bytes: int = 1 << 20
     buffer_bytes: int = 32 << 20
     transaction_timeout_ms: int = 900_000  # the gateway's default transaction_max_timeout_ms
     delivery_timeout_s: float = 120.0
-    client_id: str = "kafscale-spark-sink"
 
 
 def _int(name: str, value: str, minimum: int = 1) -> int:
@@ -75,8 +69,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     unknown = sorted(set(lowered) - _KNOWN - {"path", "checkpointlocation"})
     if unknown:
         raise OptionError(f"unknown option(s) {', '.join(unknown)} for writing format kafscale")
-    servers = lowered.get("kafka.bootstrap.servers")
-    if not servers:
+    if not lowered.get("kafka.bootstrap.servers"):
         raise OptionError("writing format kafscale produces through the gateways: give kafka.bootstrap.servers")
     delivery = lowered.get("delivery", AT_LEAST_ONCE).lower()
     if delivery not in (AT_LEAST_ONCE, EXACTLY_ONCE):
@@ -92,29 +85,15 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     codec = lowered.get("kafka.compression.type", "none").lower()
     if codec not in _CODECS:
         raise OptionError(f"option kafka.compression.type must be one of {', '.join(_CODECS)}, got {codec!r}")
-    username, password = lowered.get("kafka.sasl.username"), lowered.get("kafka.sasl.password")
-    try:
-        if "kafka.sasl.jaas.config" in lowered:
-            username, password = credentials_from_jaas(lowered["kafka.sasl.jaas.config"])
-        security = Security(
-            protocol=lowered.get("kafka.security.protocol", "PLAINTEXT").upper(),
-            mechanism=lowered.get("kafka.sasl.mechanism", "PLAIN").upper(),
-            username=username, password=password, ca_file=lowered.get("kafka.ssl.ca.location"),
-            cert_file=lowered.get("kafka.ssl.certificate.location"), key_file=lowered.get("kafka.ssl.key.location"),
-            check_hostname=lowered.get("kafka.ssl.endpoint.identification.algorithm", "https").lower() == "https")
-    except SecurityError as exc:
-        raise OptionError(str(exc)) from exc
     return WriteOptions(
-        bootstrap_servers=servers,
+        client=parse_client_settings(lowered, "kafscale-spark-sink"),
         topic=lowered.get("topic"),
         exactly_once=delivery == EXACTLY_ONCE,
         transactional_id_prefix=prefix,
-        security=security,
         compression=_CODECS[codec],
         batch_bytes=_int("kafka.batch.size", lowered.get("kafka.batch.size", str(1 << 20))),
         buffer_bytes=_int("kafka.buffer.memory", lowered.get("kafka.buffer.memory", str(32 << 20))),
         transaction_timeout_ms=_int("kafka.transaction.timeout.ms",
                                     lowered.get("kafka.transaction.timeout.ms", "900000")),
         delivery_timeout_s=_int("kafka.delivery.timeout.ms", lowered.get("kafka.delivery.timeout.ms", "120000")) / 1000,
-        client_id=lowered.get("kafka.client.id", "kafscale-spark-sink"),
     )

@@ -64,3 +64,49 @@ def test_ending_offsets_is_refused_in_streams(spark, tmp_path):
     (tmp_path / "data").mkdir()
     with pytest.raises(Exception, match="endingOffsets is not valid in streaming"):
         _run_available_now(spark, tmp_path / "data", tmp_path / "o", tmp_path / "c", endingOffsets="latest")
+
+
+def _lag(admin, bootstrap, group, topic, partitions):
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+    committed = {tp.partition: tp.offset for tp in found.topic_partitions if tp.topic == topic}
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "lag-probe"})
+    try:
+        ends = {p: probe.get_watermark_offsets(TopicPartition(topic, p), 5)[1] for p in range(partitions)}
+    finally:
+        probe.close()
+    return {p: ends[p] - committed[p] for p in range(partitions) if p in committed}
+
+
+def test_progress_group_shows_the_query_to_lag_tools(spark, tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("watched", num_partitions=2, replication_factor=1)])["watched"].result(10)
+        _produce(gateway, "watched", 0, 100, 2)
+
+        def run():
+            stream = (spark.readStream.format("kafscale").option("subscribe", "watched")
+                      .option("progressGroup", "spark-watch").option("kafka.bootstrap.servers", gateway.bootstrap)
+                      .load(str(tmp_path / "data")))
+            query = (stream.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "checkpoint"))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination(120)
+            assert query.exception() is None
+            return query
+
+        query = run()
+        assert _lag(admin, gateway.bootstrap, "spark-watch", "watched", 2) == {0: 0, 1: 0}
+        reported = [p["sources"][0].get("latestOffset") for p in query.recentProgress if p["numInputRows"]]
+        assert reported and '"0":50' in reported[-1].replace(" ", "")  # reportLatestOffset, in the progress
+
+        _produce(gateway, "watched", 100, 30, 2)
+        assert _lag(admin, gateway.bootstrap, "spark-watch", "watched", 2) == {0: 15, 1: 15}
+        run()
+        assert _lag(admin, gateway.bootstrap, "spark-watch", "watched", 2) == {0: 0, 1: 0}
+        with pytest.raises(Exception, match="progressGroup is for streams"):
+            spark.read.format("kafscale").option("subscribe", "watched").option("progressGroup", "g") \
+                .option("kafka.bootstrap.servers", gateway.bootstrap).load(str(tmp_path / "data")).count()
+    finally:
+        gateway.kill()
