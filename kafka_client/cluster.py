@@ -105,25 +105,31 @@ class Cluster:
 
     # -- metadata ---------------------------------------------------------------------------
 
-    def refresh(self, topics: list[str] | None = None) -> None:
+    def refresh(self, topics: list[str] | None = None) -> dict[str, ErrorCode]:
+        """Brokers and leaders; asking for ``topics`` creates them where the cluster creates
+        topics on first use (as Kafka's producers ask). Returns each topic's error."""
         connection = self.any_broker()
         answer = self.call(connection, ApiKey.METADATA, 12, {
             "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+            "allow_auto_topic_creation": topics is not None, "include_topic_authorized_operations": False})
         self._brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
+        errors = {}
         for topic in answer.topics:
+            errors[topic.name] = topic.error_code
             if topic.error_code != ErrorCode.none:
                 self._partition_counts.pop(topic.name, None)
                 continue
             self._partition_counts[topic.name] = len(topic.partitions)
             for partition in topic.partitions:
                 self._leaders[(topic.name, partition.partition_index)] = partition.leader_id
+        return errors
 
     def partition_count(self, topic: str) -> int:
         if topic not in self._partition_counts:
-            self.refresh([topic])
-        if topic not in self._partition_counts:
-            raise ClusterError(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
+            def known() -> None:
+                check(self.refresh([topic]).get(topic, ErrorCode.unknown_topic_or_partition), f"topic {topic!r}")
+
+            self.retry(known, deadline_s=min(self.timeout_s, 10.0))  # a topic created just now has no leader yet
         return self._partition_counts[topic]
 
     def leader(self, topic: str, partition: int) -> BrokerConnection:

@@ -30,14 +30,15 @@ class BrokerConnection:
         self._client_id = client_id
         self._correlation = itertools.count(1)
         self._decoder = FrameDecoder()
-        raw = socket.create_connection((host, port), timeout=timeout_s)
+        self._socket = socket.create_connection((host, port), timeout=timeout_s)
         try:
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socket = security.ssl_context().wrap_socket(raw, server_hostname=host) if security.tls else raw
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if security.tls:
+                self._socket = security.ssl_context().wrap_socket(self._socket, server_hostname=host)
             if security.sasl:
                 self._authenticate(security)
         except BaseException:
-            raw.close()
+            self._socket.close()
             raise
 
     def call(self, api_key: ApiKey, version: int, values: dict[str, Any]) -> Any:

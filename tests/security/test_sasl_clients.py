@@ -146,3 +146,54 @@ def test_sarama_over_sasl_ssl(secure_gateway, sarama_binary):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["acked"] == list(range(30))
     assert [r["value"] for r in report["records"]] == [f"value {i}" for i in range(30)]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def test_kafscale_client_over_sasl_ssl(secure_gateway, mechanism):
+    """The Spark sink's own client (kafscale.kafka_client): SASL over TLS, idempotent and
+    transactional produce, read back by librdkafka."""
+    from kafscale.kafka_client import Cluster, Security
+    from kafscale.kafka_client.producer import Producer as KafscaleProducer
+
+    security = Security("SASL_SSL", mechanism, ADMIN, ADMIN_PASSWORD, ca_file=str(secure_gateway.pki.ca.cert_path))
+    topic = f"kc-{mechanism.lower()}"
+    with Cluster(secure_gateway.sasl_ssl, security) as cluster:
+        producer = KafscaleProducer(cluster)
+        for i in range(30):
+            producer.send(topic, None, b"v%d" % i, partition=0)
+        producer.flush()
+        transactional = KafscaleProducer(cluster, transactional_id=f"kc-{mechanism}")
+        transactional.send(topic, None, b"t", partition=0)
+        transactional.commit()
+    config = secure_gateway.sasl_config(mechanism=mechanism)
+    assert _consume_all({**config, "isolation.level": "read_committed"}, topic, 31, f"kc-{mechanism}") == \
+        [b"v%d" % i for i in range(30)] + [b"t"]
+
+
+def test_kafscale_client_refuses_a_wrong_password_and_an_untrusted_server(secure_gateway, pki):
+    from kafscale.kafka_client import Cluster, Security
+    from kafscale.kafka_client.connection import ConnectionLost
+    from kafscale.kafka_client.security import SecurityError
+
+    wrong = Security("SASL_SSL", "SCRAM-SHA-256", ADMIN, "not-the-password", ca_file=str(pki.ca.cert_path))
+    with pytest.raises(SecurityError, match="authentication failed"), Cluster(secure_gateway.sasl_ssl, wrong) as cluster:
+        cluster.refresh()
+    untrusting = Security("SSL")  # the system's trust store does not know the test CA
+    with pytest.raises(ConnectionLost, match="CERTIFICATE_VERIFY_FAILED"), \
+            Cluster(secure_gateway.ssl, untrusting) as cluster:
+        cluster.refresh()
+    with pytest.raises(SecurityError, match="needs a username"):
+        Security("SASL_SSL", "PLAIN")
+
+
+def test_kafscale_client_over_mutual_tls_is_held_to_the_principals_acls(secure_gateway, pki):
+    from kafscale.kafka_client import Cluster, ClusterError, Security
+    from kafscale.kafka_client.producer import Producer as KafscaleProducer
+    from kafscale.protocol.errors import ErrorCode
+
+    mutual = Security("SSL", ca_file=str(pki.ca.cert_path), cert_file=str(pki.app.cert), key_file=str(pki.app.key))
+    with Cluster(secure_gateway.ssl, mutual) as cluster, pytest.raises(ClusterError) as refused:
+        KafscaleProducer(cluster).send("kc-mtls", None, b"x")  # User:app has no ACL at all
+    # An idempotent producer's first request, InitProducerId, needs IdempotentWrite (or a topic's
+    # Write) as in Kafka: refused by name, nothing produced.
+    assert refused.value.code == ErrorCode.cluster_authorization_failed

@@ -114,9 +114,11 @@ def test_bad_writes_are_refused_by_name(spark, gateway):
     with pytest.raises(Exception, match="overwrite is not supported"):
         frame.write.format("kafscale").mode("overwrite").option("kafka.bootstrap.servers", gateway.bootstrap) \
             .option("topic", "target").save()
-    with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION|does not exist"):
-        _sink(frame, gateway, topic="no-such-topic").save()
+    with pytest.raises(Exception, match="invalid_topic_exception"):
+        _sink(frame, gateway, topic="no/such topic").save()
     assert _consume(gateway.bootstrap, "target", 1, "read_uncommitted") == []
+    _sink(frame, gateway, topic="made-on-first-use").save()  # as Kafka producers: the gateway creates it
+    assert [m.value() for m in _consume(gateway.bootstrap, "made-on-first-use", 1)] == [b"b"]
 
 
 def _values(messages):
