@@ -32,16 +32,16 @@ def _measure(name: str, command: list[str], env: dict[str, str] | None, tmp: Pat
     with broker:
         produced = _load("produce", broker.bootstrap, "spark-bench", COUNT, 100)
         consumed = _load("consume", broker.bootstrap, "spark-bench", COUNT, 3)
-    stored = _objects(data)
-    # An earlier commit's connector: its environment (PYTHONPATH) and -S, as its gateway.
-    done = subprocess.run([sys.executable, *(["-S"] if env else []), str(ROOT / "bench" / "spark_read.py"),
-                           str(data), "spark-bench", str(COUNT)], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=1800)
+        stored = _objects(data)
+        # An earlier commit's connector: its environment (PYTHONPATH) and -S, as its gateway.
+        done = subprocess.run([sys.executable, *(["-S"] if env else []), str(ROOT / "bench" / "spark_read.py"),
+                               str(data), "spark-bench", str(COUNT), "4", broker.bootstrap], cwd=tmp, env=env,
+                              capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError("\n".join(line for line in done.stderr.splitlines() if not line.lstrip().startswith(("at ", "...")))[-6000:])
     read = json.loads(done.stdout.strip().splitlines()[-1])
     return {"produced": produced, "consumed": consumed, "seconds": read["seconds"], "stored": stored,
-            "connector": read["connector"], "ceiling": read.get("ceiling", [])}
+            "connector": read["connector"], "ceiling": read.get("ceiling", []), "writes": read.get("writes", {})}
 
 
 def run() -> None:
@@ -62,6 +62,15 @@ def run() -> None:
                 rows.append([f"{name}: ceiling, a Python source yielding ready Arrow batches (same session)",
                              f"{COUNT / ceiling:,.0f} records/s", f"{COUNT * 100 / ceiling / 1e6:.1f} MB/s of values",
                              f"best of {len(measured['ceiling'])}: {ceiling:.1f} s"])
+            for delivery, seconds in measured["writes"].items():
+                rows.append([f"{name}: Spark writes the rows back, format kafscale, {delivery.replace('_', ' ')}",
+                             f"{COUNT / seconds:,.0f} records/s", f"{COUNT * 100 / seconds / 1e6:.1f} MB/s of values",
+                             f"{seconds:.1f} s"])
+            produced = measured["produced"]
+            rows.append([f"{name}: confluent-kafka producing the same rows through the gateway",
+                         f"{produced['messages'] / produced['seconds']:,.0f} records/s",
+                         f"{produced['messages'] * 100 / produced['seconds'] / 1e6:.1f} MB/s of values",
+                         f"{produced['seconds']:.1f} s"])
             rows.append([f"{name}: confluent-kafka through the gateway",
                          f"{consumed['messages'] / consumed['seconds']:,.0f} records/s",
                          f"{consumed['messages'] * 100 / consumed['seconds'] / 1e6:.1f} MB/s of values",
@@ -70,7 +79,7 @@ def run() -> None:
         print(" | ".join(row))
     report.save(
         "40-spark",
-        "Spark: reading a topic from storage vs through the gateway",
+        "Spark: reading a topic from storage vs through the gateway, and writing it back",
         "KAFSCALE_BENCH_BASELINE=<ref> python -m bench spark",
         f"{COUNT:,} records of 100 B in 3 partitions, produced by confluent-kafka at full speed, then read "
         "at once (so since the shared log objects part of the topic is still in log objects, read as ranged "
@@ -78,7 +87,9 @@ def run() -> None:
         "commit's connector is run from a git worktree). Spark time includes planning and a full decode of "
         "every record into Arrow (count and sum of value lengths); session start excluded. The ceiling is "
         "any Python data source's: the same rows as ready Arrow batches, in the same Spark session. Targets: "
-        ">= 1M records/s and >= 0.8x the ceiling.",
+        ">= 1M records/s and >= 0.8x the ceiling. Writes: the read rows (key, value) produced to a new topic "
+        "through the same gateway by df.write.format('kafscale') (3 tasks), next to confluent-kafka producing "
+        "the 2M rows of the first load.",
         ["reader", "records/s", "throughput", "time"],
         rows,
     )

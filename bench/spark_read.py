@@ -1,5 +1,7 @@
 """Read a topic with Spark from storage and print the seconds of each read as JSON:
-``python bench/spark_read.py DATA TOPIC COUNT [RUNS]``; in the same session, the ceiling of
+``python bench/spark_read.py DATA TOPIC COUNT [RUNS [BOOTSTRAP]]``; with a gateway's BOOTSTRAP,
+the seconds of writing the topic's rows back through it (``format("kafscale")``, at least
+once and exactly once) too. In the same session, the ceiling of
 any Python data source: one whose tasks yield the same number of rows of the same schema
 (values of 100 B) as ready Arrow batches (built in the task with no reading or decoding).
 
@@ -15,7 +17,7 @@ import sys
 import time
 
 
-def main(data: str, topic: str, count: int, runs: int = 4) -> None:
+def main(data: str, topic: str, count: int, runs: int = 4, bootstrap: str | None = None) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -44,11 +46,30 @@ def main(data: str, topic: str, count: int, runs: int = 4) -> None:
             seconds.append(timed(lambda: spark.read.format("kafscale").option("subscribe", topic).load(data)))
             if ceiling_source is not None:
                 ceiling.append(timed(lambda: spark.read.format("arrow_ceiling").load()))
+        writes = _writes(spark, data, topic, bootstrap) if bootstrap else {}
     finally:
         spark.stop()
     import kafscale
 
-    print(json.dumps({"seconds": seconds, "ceiling": ceiling, "connector": os.path.dirname(kafscale.__file__)}))
+    print(json.dumps({"seconds": seconds, "ceiling": ceiling, "writes": writes,
+                      "connector": os.path.dirname(kafscale.__file__)}))
+
+
+def _writes(spark, data: str, topic: str, bootstrap: str) -> dict[str, float]:
+    """Seconds to write the topic's rows (key, value) to a new topic through the gateway."""
+    rows = spark.read.format("kafscale").option("subscribe", topic).load(data).select("key", "value")
+    found = {}
+    for delivery in ("at_least_once", "exactly_once"):
+        started = time.perf_counter()
+        try:
+            (rows.write.format("kafscale").mode("append").option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", f"{topic}-{delivery}").option("delivery", delivery)
+             .option("transactionalIdPrefix", f"bench-{delivery}").save())
+        except Exception as exc:  # an earlier connector without a sink
+            print(f"writing with {delivery}: {str(exc)[:300]}", file=sys.stderr)
+            continue
+        found[delivery] = time.perf_counter() - started
+    return found
 
 
 def _ceiling_source(count: int, partitions: int = 3):
@@ -95,4 +116,4 @@ def _ceiling_source(count: int, partitions: int = 3):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *(int(a) for a in sys.argv[4:5]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *(int(a) for a in sys.argv[4:5]), *sys.argv[5:6])
