@@ -186,7 +186,7 @@ def _moved(header: BatchHeader, position: int) -> BatchHeader:
 class Segment:
     header: SegmentHeader
     footer: SegmentFooter
-    data: bytes | bytearray  # the whole object
+    data: bytes | bytearray | memoryview  # the whole object
     batches: list[BatchHeader]  # positions absolute in ``data``
 
     @property
@@ -210,7 +210,7 @@ class Segment:
         return memoryview(self.data)[header.position : header.position + header.size]
 
 
-def read_segment(data: bytes) -> Segment:
+def read_segment(data: bytes | memoryview) -> Segment:
     """Fully validate a whole segment object."""
     if len(data) < SEGMENT_HEADER_SIZE + SEGMENT_FOOTER_SIZE:
         raise SegmentFormatError(f"segment object of {len(data)} bytes is truncated")
@@ -220,7 +220,7 @@ def read_segment(data: bytes) -> Segment:
         raise SegmentFormatError("segment CRC mismatch")
     body = memoryview(data)[SEGMENT_HEADER_SIZE : len(data) - SEGMENT_FOOTER_SIZE]
     try:
-        batches = split_batches(body)
+        batches = split_batches(body, check_crc=False)  # the segment's CRC, checked above, covers every byte
     except CorruptBatch as exc:
         raise SegmentFormatError(f"segment body is not a sequence of batches: {exc}") from exc
     if len(batches) != header.batch_count:

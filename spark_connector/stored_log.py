@@ -136,8 +136,8 @@ def readable(store: ObjectStore, namespace: str, topic: str, partition: int, sna
     return Readable(stable, tuple(e for e in state.aborted if e.last_offset >= snap.log_start))
 
 
-def _segment(store: ObjectStore, key: str) -> tuple[bytes, list[BatchHeader]]:
-    segment = read_segment(store.get(key))
+def _segment(store: ObjectStore, key: str) -> tuple[bytes | memoryview, list[BatchHeader]]:
+    segment = read_segment(store.get_view(key))
     return segment.data, segment.batches
 
 

@@ -63,6 +63,10 @@ class ObjectStore(Protocol):
     def get(self, key: str) -> bytes:
         """The whole object; :class:`ObjectNotFound` if missing."""
 
+    def get_view(self, key: str) -> memoryview:
+        """The whole object, read-only, without copying it out of the backend's buffer (bulk
+        readers parse it in place); :class:`ObjectNotFound` if missing."""
+
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         """The whole object and an opaque version of it, for :meth:`put_if_unchanged`."""
 

@@ -51,6 +51,9 @@ class ObstoreBackend:
     def get(self, key: str) -> bytes:
         return bytes(self._call(obstore.get, key).bytes())
 
+    def get_view(self, key: str) -> memoryview:
+        return memoryview(self._call(obstore.get, key).bytes())  # obstore's Bytes lends its buffer
+
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         result = self._call(obstore.get, key)
         return bytes(result.bytes()), result.meta["e_tag"] or ""

@@ -59,6 +59,11 @@ class CountingStore:
         self.fetched += len(data)
         return data
 
+    def get_view(self, key):
+        data = self._store.get_view(key)
+        self.fetched += len(data)
+        return data
+
     def get_range(self, key, start, end):
         data = self._store.get_range(key, start, end)
         self.fetched += len(data)

@@ -34,8 +34,12 @@ def test_put_get_head_delete(store):
     assert store.head("ns/t/0/a").size == 5
     store.put("ns/t/0/a", b"replaced")
     assert store.get("ns/t/0/a") == b"replaced"
+    view = store.get_view("ns/t/0/a")
+    assert view.readonly and bytes(view) == b"replaced"
     store.delete("ns/t/0/a")
     assert store.head("ns/t/0/a") is None
+    with pytest.raises(ObjectNotFound):
+        store.get_view("ns/t/0/a")
     store.delete("ns/t/0/a")  # idempotent
 
 
