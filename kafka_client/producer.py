@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.compression import Compression
 from kafscale.protocol.errors import ErrorCode
-from kafscale.protocol.records import Record, RecordHeader, build_batch
+from kafscale.protocol.records import Record, RecordHeader, batch_of, build_batch
 
 from .cluster import GROUP, TRANSACTION, Cluster, ClusterError, check
 from .partitioner import partition_for_key
@@ -34,6 +34,10 @@ class ProducerIdentity:
 
 @dataclass
 class _Pending:
+    """A partition's records waiting to be sent: encoded sections (each its own batch) first,
+    then records one by one."""
+
+    sections: list[tuple[bytes, int, int]] = field(default_factory=list)  # (records, count, timestamp)
     records: list[Record] = field(default_factory=list)
     size: int = 0
 
@@ -41,7 +45,7 @@ class _Pending:
 class Producer:
     def __init__(self, cluster: Cluster, *, transactional_id: str | None = None,
                  transaction_timeout_ms: int = 60_000, compression: Compression = Compression.NONE,
-                 batch_bytes: int = 1 << 20, buffer_bytes: int = 32 << 20, delivery_timeout_s: float = 120.0) -> None:
+                 batch_bytes: int = 512 << 10, buffer_bytes: int = 32 << 20, delivery_timeout_s: float = 120.0) -> None:
         self._cluster = cluster
         self.transactional_id = transactional_id
         self._transaction_timeout_ms = transaction_timeout_ms
@@ -149,6 +153,13 @@ class Producer:
 
     # -- records ------------------------------------------------------------------------------
 
+    def partition_count(self, topic: str) -> int:
+        return self._cluster.partition_count(topic)
+
+    def next_sticky(self, topic: str) -> None:
+        """The sticky partitioner moves on (as it does when a keyless batch fills)."""
+        self._sticky.pop(topic, None)
+
     def partition_of(self, topic: str, key: bytes | None) -> int:
         count = self._cluster.partition_count(topic)
         if key is not None:
@@ -181,6 +192,23 @@ class Producer:
         elif self._buffered >= self._buffer_bytes:
             self.flush()
 
+    def send_encoded(self, topic: str, partition: int, records_section: bytes, count: int,
+                     timestamp_ms: int | None = None) -> None:
+        """Records already encoded (offset deltas from 0, one timestamp; by
+        ``protocol.column_encoding``), sent as one batch of their own."""
+        where = (topic, partition)
+        pending = self._pending.get(where)
+        if pending is None:
+            pending = self._pending[where] = _Pending()
+        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        pending.sections.append((records_section, count, stamp))
+        pending.size += len(records_section)
+        self._buffered += len(records_section)
+        if pending.size >= self._batch_bytes:
+            self._send([where])
+        elif self._buffered >= self._buffer_bytes:
+            self.flush()
+
     def flush(self) -> None:
         """Send everything buffered and wait until the gateways stored it."""
         if self._pending:
@@ -188,16 +216,12 @@ class Producer:
 
     def _send(self, partitions: list[tuple[str, int]]) -> None:
         self._add_partitions(partitions)
-        batches: dict[tuple[str, int], tuple[bytes, int]] = {}
+        unsent: dict[tuple[str, int], tuple[bytes, int]] = {}
         for where in partitions:
             pending = self._pending.pop(where)
             self._buffered -= pending.size
-            sequence = self._sequences.get(where, 0)
-            batches[where] = (build_batch(
-                pending.records, compression=self._compression, producer_id=self.identity.producer_id,
-                producer_epoch=self.identity.epoch, base_sequence=sequence,
-                transactional=self.transactional_id is not None), len(pending.records))
-        unsent = dict(batches)
+            unsent[where] = self._record_set(pending, self._sequences.get(where, 0))
+
 
         def attempt() -> None:
             by_leader: dict[int, list[tuple[str, int]]] = {}
@@ -227,6 +251,24 @@ class Producer:
                 raise failure
 
         self._cluster.retry(attempt, deadline_s=self._delivery_timeout_s)
+
+    def _record_set(self, pending: _Pending, sequence: int) -> tuple[bytes, int]:
+        """The partition's batches, with consecutive sequences from ``sequence``, and their
+        record count."""
+        producer_id, epoch = self.identity.producer_id, self.identity.epoch
+        transactional = self.transactional_id is not None
+        batches, count = [], 0
+        for section, records, stamp in pending.sections:
+            batches.append(batch_of(section, records, records - 1, stamp, stamp, compression=self._compression,
+                                    producer_id=producer_id, producer_epoch=epoch, transactional=transactional,
+                                    base_sequence=(sequence + count) & 0x7FFFFFFF))
+            count += records
+        if pending.records:
+            batches.append(build_batch(pending.records, compression=self._compression, producer_id=producer_id,
+                                       producer_epoch=epoch, transactional=transactional,
+                                       base_sequence=(sequence + count) & 0x7FFFFFFF))
+            count += len(pending.records)
+        return b"".join(batches), count
 
 
 def end_transaction(cluster: Cluster, transactional_id: str, identity: ProducerIdentity, *, commit: bool,

@@ -60,6 +60,7 @@ __all__ = [
     "restamp",
     "iter_records",
     "build_batch",
+    "batch_of",
 ]
 
 BATCH_HEADER_SIZE = 61
@@ -414,7 +415,34 @@ def build_batch(
     body = bytearray()
     for record in normalised:
         body += _encode_record(record, first_offset, first_timestamp)
-    payload = compress(compression, bytes(body), xerial=xerial)
+    return batch_of(bytes(body), len(normalised), normalised[-1].offset - first_offset, first_timestamp,
+                    max(record.timestamp for record in normalised), base_offset=base_offset,
+                    compression=compression, xerial=xerial, producer_id=producer_id, producer_epoch=producer_epoch,
+                    base_sequence=base_sequence, partition_leader_epoch=partition_leader_epoch,
+                    transactional=transactional, control=control, log_append_time=log_append_time)
+
+
+def batch_of(
+    records_section: bytes,
+    count: int,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    *,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    xerial: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    log_append_time: bool = False,
+) -> bytes:
+    """One v2 batch around ``count`` records already encoded (by :func:`build_batch`, or by a
+    bulk encoder such as ``column_encoding``): header, compression, CRC."""
+    payload = compress(compression, records_section, xerial=xerial)
     attributes = int(compression)
     if log_append_time:
         attributes |= LOG_APPEND_TIME_BIT
@@ -422,8 +450,6 @@ def build_batch(
         attributes |= TRANSACTIONAL_BIT
     if control:
         attributes |= CONTROL_BIT
-    last_offset_delta = normalised[-1].offset - first_offset
-    max_timestamp = max(record.timestamp for record in normalised)
     after_crc = struct.pack(
         ">hiqqqhii",
         attributes,
@@ -433,7 +459,7 @@ def build_batch(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(normalised),
+        count,
     ) + payload
     batch_length = 4 + 1 + 4 + len(after_crc)
     return (

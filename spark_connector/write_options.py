@@ -45,7 +45,7 @@ class WriteOptions:
     exactly_once: bool = False
     transactional_id_prefix: str | None = None
     compression: Compression = Compression.NONE
-    batch_bytes: int = 1 << 20
+    batch_bytes: int = 512 << 10  # under the default max.message.bytes (1 MiB) with room to spare
     buffer_bytes: int = 32 << 20
     transaction_timeout_ms: int = 900_000  # the gateway's default transaction_max_timeout_ms
     delivery_timeout_s: float = 120.0
@@ -91,7 +91,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         exactly_once=delivery == EXACTLY_ONCE,
         transactional_id_prefix=prefix,
         compression=_CODECS[codec],
-        batch_bytes=_int("kafka.batch.size", lowered.get("kafka.batch.size", str(1 << 20))),
+        batch_bytes=_int("kafka.batch.size", lowered.get("kafka.batch.size", str(512 << 10))),
         buffer_bytes=_int("kafka.buffer.memory", lowered.get("kafka.buffer.memory", str(32 << 20))),
         transaction_timeout_ms=_int("kafka.transaction.timeout.ms",
                                     lowered.get("kafka.transaction.timeout.ms", "900000")),

@@ -91,12 +91,17 @@ def test_read_transform_write_reaches_consumers_as_written(spark, gateway, tmp_p
             assert message.partition() == 1
     assert sum(m.topic() == "audit" for m in messages) == orders.where("offset % 10 = 0").count()
 
-    # Values may be null (tombstones); keys may be absent (spread over partitions).
-    tombstones = spark.createDataFrame([("gone", None)] * 5 + [(None, b"x")] * 40, "key string, value binary")
-    _sink(tombstones, gateway, topic="shipped").save()
+    # Without headers and to one topic, rows are encoded in C a partition at a time: values may
+    # be null (tombstones), keys absent (the sticky partitioner), partitions given or not.
+    rows = [("gone", None, None)] * 5 + [(None, b"x", None)] * 40 + [(f"k{i}", b"y", i % 2 or None) for i in range(50)]
+    bulk = spark.createDataFrame(rows, "key string, value binary, partition int")
+    _sink(bulk, gateway, topic="shipped").save()
     after = _consume(gateway.bootstrap, "shipped", 4)
-    assert sum(m.key() == b"gone" and m.value() is None for m in after) == 5
+    gone = [m for m in after if m.key() == b"gone"]
+    assert len(gone) == 5 and all(m.value() is None and m.partition() == partition_for_key(b"gone", 4) for m in gone)
     assert sum(m.key() is None and m.value() == b"x" for m in after) == 40
+    placed = {m.key(): m.partition() for m in after if m.value() == b"y"}
+    assert placed == {f"k{i}".encode(): 1 if i % 2 else partition_for_key(f"k{i}".encode(), 4) for i in range(50)}
 
 
 def test_bad_writes_are_refused_by_name(spark, gateway):
