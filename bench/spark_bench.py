@@ -32,16 +32,23 @@ def _measure(name: str, command: list[str], env: dict[str, str] | None, tmp: Pat
     with broker:
         produced = _load("produce", broker.bootstrap, "spark-bench", COUNT, 100)
         consumed = _load("consume", broker.bootstrap, "spark-bench", COUNT, 3)
-        stored = _objects(data)
-        # An earlier commit's connector: its environment (PYTHONPATH) and -S, as its gateway.
-        done = subprocess.run([sys.executable, *(["-S"] if env else []), str(ROOT / "bench" / "spark_read.py"),
-                               str(data), "spark-bench", str(COUNT), "4", broker.bootstrap], cwd=tmp, env=env,
-                              capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError("\n".join(line for line in done.stderr.splitlines() if not line.lstrip().startswith(("at ", "...")))[-6000:])
-    read = json.loads(done.stdout.strip().splitlines()[-1])
+    stored = _objects(data)
+    read = _spark(env, tmp, data, "4")  # reads with no gateway running (its compaction would compete)
+    with Broker(name, broker.command, port, tmp / name, env=env):  # again, for the writes
+        read["writes"] = _spark(env, tmp, data, "0", broker.bootstrap)["writes"]
     return {"produced": produced, "consumed": consumed, "seconds": read["seconds"], "stored": stored,
             "connector": read["connector"], "ceiling": read.get("ceiling", []), "writes": read.get("writes", {})}
+
+
+def _spark(env: dict[str, str] | None, tmp: Path, data: Path, runs: str, *bootstrap: str) -> dict:
+    # An earlier commit's connector: its environment (PYTHONPATH) and -S, as its gateway.
+    done = subprocess.run([sys.executable, *(["-S"] if env else []), str(ROOT / "bench" / "spark_read.py"),
+                           str(data), "spark-bench", str(COUNT), runs, *bootstrap], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError("\n".join(line for line in done.stderr.splitlines()
+                                     if not line.lstrip().startswith(("at ", "...")))[-6000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run() -> None:

@@ -58,8 +58,8 @@ def main(data: str, topic: str, count: int, runs: int = 4, bootstrap: str | None
 def _writes(spark, data: str, topic: str, bootstrap: str) -> dict[str, float]:
     """Seconds to write the topic's rows (key, value) to a new topic through the gateway."""
     rows = spark.read.format("kafscale").option("subscribe", topic).load(data).select("key", "value")
-    found = {}
-    for delivery in ("at_least_once", "exactly_once"):
+    found: dict[str, float] = {}
+    for delivery in ("at_least_once", "exactly_once") * 2:  # the best of two each, interleaved
         started = time.perf_counter()
         try:
             (rows.write.format("kafscale").mode("append").option("kafka.bootstrap.servers", bootstrap)
@@ -68,7 +68,7 @@ def _writes(spark, data: str, topic: str, bootstrap: str) -> dict[str, float]:
         except Exception as exc:  # an earlier connector without a sink
             print(f"writing with {delivery}: {str(exc)[:300]}", file=sys.stderr)
             continue
-        found[delivery] = time.perf_counter() - started
+        found[delivery] = min(found.get(delivery, float("inf")), time.perf_counter() - started)
     return found
 
 

@@ -66,19 +66,57 @@ static int reserve(Out *out, Py_ssize_t more) {
 
 static uint8_t *at(Out *out) { return (uint8_t *)PyByteArray_AS_STRING(out->array) + out->length; }
 
-static int put_i64(Out *out, int64_t value) {
-    if (reserve(out, 8) < 0)
-        return -1;
-    memcpy(at(out), &value, 8);
-    out->length += 8;
-    return 0;
-}
-
 static int put_i32(Out *out, int32_t value) {
     if (reserve(out, 4) < 0)
         return -1;
     memcpy(at(out), &value, 4);
     out->length += 4;
+    return 0;
+}
+
+/* The unchecked writers below follow one reservation per batch (reserve_batch). */
+static inline void fast_i64(Out *out, int64_t value) {
+    memcpy(at(out), &value, 8);
+    out->length += 8;
+}
+
+static inline void fast_bytes(Out *data, Out *offsets, const uint8_t *bytes, Py_ssize_t size) {
+    if (size)
+        memcpy(at(data), bytes, (size_t)size);
+    data->length += size;
+    int32_t end = (int32_t)data->length;
+    memcpy(at(offsets), &end, 4);
+    offsets->length += 4;
+}
+
+static inline void fast_bit(Out *bitmap, int64_t index, int valid) {
+    uint8_t *bits = (uint8_t *)PyByteArray_AS_STRING(bitmap->array) + (index >> 3);
+    uint8_t mask = (uint8_t)(1u << (index & 7));
+    *bits = valid ? (uint8_t)(*bits | mask) : (uint8_t)(*bits & ~mask);
+}
+
+/* Room for ``count`` more rows whose bytes come from a payload of ``size`` bytes; the
+ * bitmaps' new bytes are zeroed and their length set to cover the rows (trimmed at the end). */
+static int reserve_batch(Out *out, int64_t rows, long long count, Py_ssize_t size) {
+    if (out[KEYS].length + size > INT32_MAX || out[VALUES].length + size > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of bytes in one Arrow column");
+        return -1;
+    }
+    if (reserve(&out[OFFSETS], count * 8) < 0 || reserve(&out[STAMPS], count * 8) < 0 ||
+        reserve(&out[KEY_OFFSETS], count * 4) < 0 || reserve(&out[VALUE_OFFSETS], count * 4) < 0 ||
+        reserve(&out[KEYS], size) < 0 || reserve(&out[VALUES], size) < 0)
+        return -1;
+    Py_ssize_t bitmap = (Py_ssize_t)((rows + count + 7) / 8);
+    int valid_maps[2] = {KEY_VALID, VALUE_VALID};
+    for (int i = 0; i < 2; i++) {
+        Out *map = &out[valid_maps[i]];
+        if (bitmap > map->length) {
+            if (reserve(map, bitmap - map->length) < 0)
+                return -1;
+            memset(at(map), 0, (size_t)(bitmap - map->length));
+            map->length = bitmap;
+        }
+    }
     return 0;
 }
 
@@ -180,6 +218,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     int64_t headers_so_far = with_headers ? (out[HEADER_VALUE_OFFSETS].length / 4) - 1 : 0;
     const uint8_t *data = view.buf;
     Py_ssize_t size = view.len, pos = 0;
+    if (count < 0 || count > size || reserve_batch(out, rows, count, size) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "a batch of %zd bytes cannot hold %lld records", size, count);
+        goto undo;
+    }
     long long added = 0;
     for (long long n = 0; n < count; n++) {
         Reader outer = {data, size, 0};
@@ -243,12 +286,12 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         }
         if (wanted) {
             int64_t stamp = log_append ? max_timestamp : base_timestamp + timestamp_delta;
-            if (put_i64(&out[OFFSETS], offset) < 0 || put_i64(&out[STAMPS], stamp * 1000) < 0 ||
-                put_bit(&out[KEY_VALID], rows, key != NULL) < 0 ||
-                put_bytes(&out[KEYS], &out[KEY_OFFSETS], key, key ? key_size : 0) < 0 ||
-                put_bit(&out[VALUE_VALID], rows, value != NULL) < 0 ||
-                put_bytes(&out[VALUES], &out[VALUE_OFFSETS], value, value ? value_size : 0) < 0)
-                goto undo;
+            fast_i64(&out[OFFSETS], offset);
+            fast_i64(&out[STAMPS], stamp * 1000);
+            fast_bit(&out[KEY_VALID], rows, key != NULL);
+            fast_bytes(&out[KEYS], &out[KEY_OFFSETS], key, key ? key_size : 0);
+            fast_bit(&out[VALUE_VALID], rows, value != NULL);
+            fast_bytes(&out[VALUES], &out[VALUE_OFFSETS], value, value ? value_size : 0);
             if (with_headers && put_i32(&out[HEADER_LISTS], (int32_t)headers_so_far) < 0)
                 goto undo;
             rows++;
@@ -260,6 +303,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd bytes after the last record of the batch", size - pos);
         goto undo;
     }
+    out[KEY_VALID].length = out[VALUE_VALID].length = (Py_ssize_t)((rows + 7) / 8);
     for (Py_ssize_t i = 0; i < given; i++)
         if (PyByteArray_Resize(out[i].array, out[i].length) < 0)
             goto undo;
