@@ -157,13 +157,13 @@ def _count(bootstrap, topic, partitions):
     return sum(ends)
 
 
+@pytest.mark.parametrize("mode", ["batch", "stream"])
 @pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
-def test_a_killed_task_is_retried_and_exactly_once_never_duplicates(spark, gateway, delivery):
-    _topics(gateway, results=2)
+def test_a_killed_task_is_retried_and_exactly_once_never_duplicates(spark, gateway, tmp_path, delivery, mode):
+    _topics(gateway, results=2, numbers=2)
     rows = 200_000
-    frame = spark.range(0, rows, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
-    options = {"topic": "results", "delivery": delivery, "transactionalIdPrefix": f"kill-{delivery}",
-               "kafka.batch.size": "20000"}
+    options = {"topic": "results", "delivery": delivery, "transactionalIdPrefix": f"kill-{delivery}-{mode}",
+               "kafka.batch.size": "4000"}  # small batches: the tasks take a while, produced as they go
     killed = []
 
     def kill_mid_way() -> None:  # beside the write, which Spark runs in this thread
@@ -172,11 +172,26 @@ def test_a_killed_task_is_retried_and_exactly_once_never_duplicates(spark, gatew
             if _count(gateway.bootstrap, "results", 2) >= rows // 10:  # the tasks are mid-way
                 killed.append(_kill_python_workers())
                 return
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     killer = threading.Thread(target=kill_mid_way)
-    killer.start()
-    _sink(frame, gateway, **options).save()
+    if mode == "batch":
+        killer.start()
+        _sink(spark.range(0, rows, numPartitions=2).selectExpr("CAST(id AS STRING) AS value"), gateway,
+              **options).save()
+    else:
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 20,
+                             "queue.buffering.max.messages": rows})
+        for i in range(rows):
+            producer.produce("numbers", value=str(i).encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+        stream = spark.readStream.format("kafscale").option("subscribe", "numbers").load(str(gateway.data_dir))
+        killer.start()
+        query = (stream.select("value").writeStream.format("kafscale")
+                 .option("kafka.bootstrap.servers", gateway.bootstrap).options(**options)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None
     killer.join()
     assert killed and killed[0] > 0
 
