@@ -73,6 +73,18 @@ class ReadOptions:
         return topic in (self.assign or {})
 
 
+# Spark's Kafka source options that configure its Kafka consumer, which this reader does not
+# have (it reads storage): refused by name, with the reason.
+_NO_CONSUMER = "format kafscale reads storage, with no Kafka consumer to configure"
+_REFUSED = {
+    "kafkaconsumer.polltimeoutms": _NO_CONSUMER,
+    "fetchoffset.numretries": _NO_CONSUMER + " (a planning read that fails is retried by the store client)",
+    "fetchoffset.retryintervalms": _NO_CONSUMER,
+    "groupidprefix": _NO_CONSUMER + "; to show a stream's progress to lag tools give progressGroup",
+    "kafka.group.id": _NO_CONSUMER + "; to show a stream's progress to lag tools give progressGroup",
+}
+
+
 def _bool(name: str, value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("true", "false"):
@@ -143,7 +155,14 @@ def _timestamps(single: str, by_partition: str, lowered: Mapping[str, str]):
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     lowered = {key.lower(): value for key, value in options.items()}
+    refused = sorted(set(lowered) & set(_REFUSED))
+    if refused:
+        raise OptionError("; ".join(f"option {name}: {_REFUSED[name]}" for name in refused))
     unknown = sorted(set(lowered) - _KNOWN)
+    consumer_settings = [name for name in unknown if name.startswith("kafka.")]
+    if consumer_settings:
+        raise OptionError(f"option(s) {', '.join(consumer_settings)}: {_NO_CONSUMER} (only a stream's progressGroup "
+                          "uses kafka.bootstrap.servers and the kafka.* security settings)")
     isolation = lowered.get("kafka.isolation.level", "read_uncommitted").lower()
     if isolation not in ("read_committed", "read_uncommitted"):
         raise OptionError(f"option kafka.isolation.level must be read_committed or read_uncommitted, got {isolation!r}")

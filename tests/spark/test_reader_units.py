@@ -78,6 +78,15 @@ def test_option_errors():
         parse_options({"path": "x", "subscribe": "t", "startingOffsets": "earliest", "startingTimestamp": "5"})
     with pytest.raises(OptionError, match="needs the data location"):
         parse_options({"subscribe": "t"})
+    # Every option of Spark's Kafka source works or is refused by name with the reason.
+    for name in ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "groupIdPrefix", "kafka.group.id",
+                 "kafka.max.poll.records"):
+        with pytest.raises(OptionError, match=f"(?i){name}.*no Kafka consumer"):
+            parse_options({"path": "x", "subscribe": "t", name: "1"})
+    with pytest.raises(OptionError, match="progressGroup commits offsets through the gateways"):
+        parse_options({"path": "x", "subscribe": "t", "progressGroup": "g"})
+    assert parse_options({"path": "x", "subscribe": "t", "progressGroup": "g", "kafka.bootstrap.servers": "h:1",
+                          "kafka.security.protocol": "SSL"}).client.security.tls
 
 
 def test_segments_merged_after_planning_are_read_from_the_merged_one(data, tmp_path):
