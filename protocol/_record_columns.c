@@ -21,33 +21,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_varint_reader.h"
+
 enum { OFFSETS, STAMPS, KEY_OFFSETS, KEYS, KEY_VALID, VALUE_OFFSETS, VALUES, VALUE_VALID,
        HEADER_LISTS, HEADER_KEY_OFFSETS, HEADER_KEYS, HEADER_VALUE_OFFSETS, HEADER_VALUES,
        HEADER_VALUE_VALID, ALL_BUFFERS };
 #define WITHOUT_HEADERS HEADER_LISTS
-
-typedef struct {
-    const uint8_t *data;
-    Py_ssize_t end;
-    int failed;
-} Reader;
-
-static int64_t read_varint(Reader *r, Py_ssize_t *pos) {
-    uint64_t value = 0;
-    int shift = 0;
-    while (1) {
-        if (*pos >= r->end || shift > 63) {
-            r->failed = 1;
-            return 0;
-        }
-        uint8_t byte = r->data[(*pos)++];
-        value |= (uint64_t)(byte & 0x7F) << shift;
-        if (!(byte & 0x80))
-            break;
-        shift += 7;
-    }
-    return (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-}
 
 /* A growable view of one bytearray: written through ``at``, its length fixed at the end. */
 typedef struct {

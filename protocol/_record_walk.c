@@ -12,32 +12,10 @@
 #include <stdarg.h>
 #include <stdint.h>
 
+#include "_varint_reader.h"
+
 #define CORRUPT 0
 #define INVALID 1
-
-typedef struct {
-    const uint8_t *data;
-    Py_ssize_t end; /* reads stop here */
-    int failed;
-} Reader;
-
-/* A zig-zag varint of at most 10 bytes (64 bits) before r->end. */
-static int64_t read_varint(Reader *r, Py_ssize_t *pos) {
-    uint64_t value = 0;
-    int shift = 0;
-    while (1) {
-        if (*pos >= r->end || shift > 63) {
-            r->failed = 1;
-            return 0;
-        }
-        uint8_t byte = r->data[(*pos)++];
-        value |= (uint64_t)(byte & 0x7F) << shift;
-        if (!(byte & 0x80))
-            break;
-        shift += 7;
-    }
-    return (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-}
 
 static PyObject *fail(int kind, const char *format, ...) {
     char message[160];

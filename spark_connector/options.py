@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .client_settings import CLIENT_OPTIONS, ClientSettings, parse_client_settings
 from .errors import OptionError
 
-__all__ = ["ReadOptions", "OptionError", "parse_options", "EARLIEST", "LATEST"]
+__all__ = ["ReadOptions", "OptionError", "parse_options", "positive_int", "EARLIEST", "LATEST"]
 
 EARLIEST = -2
 LATEST = -1
@@ -124,9 +124,7 @@ def _duration_ms(name: str, value: str) -> int:
     return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
 
 
-def _positive(name: str, value: str | None) -> int | None:
-    if value is None:
-        return None
+def positive_int(name: str, value: str) -> int:
     try:
         number = int(value)
     except ValueError:
@@ -134,6 +132,10 @@ def _positive(name: str, value: str | None) -> int | None:
     if number <= 0:
         raise OptionError(f"option {name} must be a positive integer, got {value!r}")
     return number
+
+
+def _positive(name: str, value: str | None) -> int | None:
+    return None if value is None else positive_int(name, value)
 
 
 def _timestamps(single: str, by_partition: str, lowered: Mapping[str, str]):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kafscale.protocol.compression import Compression
 
 from .client_settings import CLIENT_OPTIONS, ClientSettings, parse_client_settings
-from .options import OptionError
+from .options import OptionError, positive_int
 
 __all__ = ["WriteOptions", "parse_write_options", "AT_LEAST_ONCE", "EXACTLY_ONCE"]
 
@@ -51,16 +51,6 @@ class WriteOptions:
     delivery_timeout_s: float = 120.0
 
 
-def _int(name: str, value: str, minimum: int = 1) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = minimum - 1
-    if number < minimum:
-        raise OptionError(f"option {name} must be an integer >= {minimum}, got {value!r}")
-    return number
-
-
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     lowered = {key.lower(): value for key, value in options.items()}
     refused = sorted(set(lowered) & set(_REFUSED))
@@ -91,9 +81,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         exactly_once=delivery == EXACTLY_ONCE,
         transactional_id_prefix=prefix,
         compression=_CODECS[codec],
-        batch_bytes=_int("kafka.batch.size", lowered.get("kafka.batch.size", str(512 << 10))),
-        buffer_bytes=_int("kafka.buffer.memory", lowered.get("kafka.buffer.memory", str(32 << 20))),
-        transaction_timeout_ms=_int("kafka.transaction.timeout.ms",
+        batch_bytes=positive_int("kafka.batch.size", lowered.get("kafka.batch.size", str(512 << 10))),
+        buffer_bytes=positive_int("kafka.buffer.memory", lowered.get("kafka.buffer.memory", str(32 << 20))),
+        transaction_timeout_ms=positive_int("kafka.transaction.timeout.ms",
                                     lowered.get("kafka.transaction.timeout.ms", "900000")),
-        delivery_timeout_s=_int("kafka.delivery.timeout.ms", lowered.get("kafka.delivery.timeout.ms", "120000")) / 1000,
+        delivery_timeout_s=positive_int("kafka.delivery.timeout.ms", lowered.get("kafka.delivery.timeout.ms", "120000")) / 1000,
     )

@@ -1,10 +1,7 @@
 """kafscale.kafka_client (the Spark sink's producer) against a real gateway, checked by
 librdkafka: where keys land, a transaction ended from another process, fencing."""
 
-import time
-
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -13,6 +10,7 @@ from kafscale.kafka_client.partitioner import murmur2, partition_for_key
 from kafscale.kafka_client.producer import Producer, end_transaction
 from kafscale.protocol.errors import ErrorCode
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kafka_reading import read_to_end
 
 
 @pytest.fixture(scope="module")
@@ -23,23 +21,6 @@ def gateway(tmp_path_factory):
         future.result(10)
     yield running
     running.kill()
-
-
-def _read(bootstrap, topic, partitions, isolation="read_committed"):
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{time.monotonic_ns()}",
-                         "isolation.level": isolation, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    found, ends, deadline = [], set(), time.monotonic() + 30
-    while len(ends) < partitions and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            ends.add(message.partition())
-        else:
-            found.append(message)
-    consumer.close()
-    return found
 
 
 def test_murmur2_matches_kafka_reference_values():
@@ -63,7 +44,7 @@ def test_keys_land_where_librdkafka_puts_them(gateway):
         theirs.produce("keys", key=b"key-%d" % i, value=b"theirs")
     assert theirs.flush(10) == 0
     placed: dict[tuple[bytes, bytes], int] = {}
-    for message in _read(gateway.bootstrap, "keys", 7):
+    for message in read_to_end(gateway.bootstrap, "keys", 7):
         placed[(message.key(), message.value())] = message.partition()
     for i in range(200):
         key = b"key-%d" % i
@@ -79,11 +60,11 @@ def test_a_transaction_is_ended_by_another_process_and_a_new_epoch_fences_the_ol
         aborted = Producer(tasks, transactional_id="task-1")
         aborted.send("txn", None, b"a", partition=1)
         aborted.flush()
-        assert _read(gateway.bootstrap, "txn", 2) == []  # both open: nothing committed yet
+        assert read_to_end(gateway.bootstrap, "txn", 2) == []  # both open: nothing committed yet
         end_transaction(driver, "task-0", committed.identity, commit=True)
         end_transaction(driver, "task-0", committed.identity, commit=True)  # a retried commit is answered alike
         end_transaction(driver, "task-1", aborted.identity, commit=False)
-        assert [m.value() for m in _read(gateway.bootstrap, "txn", 2)] == [b"c%d" % i for i in range(10)]
+        assert [m.value() for m in read_to_end(gateway.bootstrap, "txn", 2)] == [b"c%d" % i for i in range(10)]
 
         old = Producer(tasks, transactional_id="task-2")
         old.send("txn", None, b"old", partition=0)
@@ -92,4 +73,4 @@ def test_a_transaction_is_ended_by_another_process_and_a_new_epoch_fences_the_ol
         with pytest.raises(ClusterError) as fenced:
             end_transaction(driver, "task-2", old.identity, commit=True)
         assert fenced.value.code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
-        assert b"old" not in [m.value() for m in _read(gateway.bootstrap, "txn", 2)]
+        assert b"old" not in [m.value() for m in read_to_end(gateway.bootstrap, "txn", 2)]

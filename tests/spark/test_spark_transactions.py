@@ -7,10 +7,11 @@ the transaction ends."""
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kafka_reading import read_to_end
 from tests.support.spark import spark_session
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
@@ -22,21 +23,7 @@ def spark():
 
 
 def _consume(bootstrap: str, isolation: str, partitions: int = 2) -> list[tuple[int, int, bytes]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"c-{time.monotonic_ns()}",
-                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition("ledger", p, 0) for p in range(partitions)])
-    rows, ends = [], set()
-    deadline = time.monotonic() + 30
-    while len(ends) < partitions and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            ends.add(message.partition())
-            continue
-        rows.append((message.partition(), message.offset(), message.value()))
-    consumer.close()
-    return sorted(rows)
+    return sorted((m.partition(), m.offset(), m.value()) for m in read_to_end(bootstrap, "ledger", partitions, isolation))
 
 
 def _frame(spark, data, isolation: str) -> list[tuple[int, int, bytes]]:

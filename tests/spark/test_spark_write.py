@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.kafka_client.partitioner import partition_for_key
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kafka_reading import read_to_end
 from tests.support.spark import spark_session
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
@@ -34,25 +35,6 @@ def _topics(gateway, **partitions):
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
     for future in admin.create_topics([NewTopic(n, p, 1) for n, p in partitions.items()]).values():
         future.result(10)
-
-
-def _consume(bootstrap, topic, partitions, isolation="read_committed"):
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"c-{time.monotonic_ns()}",
-                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    found, ends = [], set()
-    deadline = time.monotonic() + 60
-    while len(ends) < partitions and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            ends.add(message.partition())
-            continue
-        found.append(message)
-    consumer.close()
-    assert len(ends) == partitions, "the consumer did not reach the end of every partition"
-    return found
 
 
 def _sink(frame, gateway, **options):
@@ -77,7 +59,7 @@ def test_read_transform_write_reaches_consumers_as_written(spark, gateway, tmp_p
         "offset AS ignored_column")
     _sink(shipped, gateway).save()
 
-    messages = _consume(gateway.bootstrap, "shipped", 4) + _consume(gateway.bootstrap, "audit", 2)
+    messages = read_to_end(gateway.bootstrap, "shipped", 4) + read_to_end(gateway.bootstrap, "audit", 2)
     assert len(messages) == 300
     by_value = {m.value().decode(): m for m in messages}
     assert sorted(by_value) == sorted(f"ORDER-{i}" for i in range(300))
@@ -96,7 +78,7 @@ def test_read_transform_write_reaches_consumers_as_written(spark, gateway, tmp_p
     rows = [("gone", None, None)] * 5 + [(None, b"x", None)] * 40 + [(f"k{i}", b"y", i % 2 or None) for i in range(50)]
     bulk = spark.createDataFrame(rows, "key string, value binary, partition int")
     _sink(bulk, gateway, topic="shipped").save()
-    after = _consume(gateway.bootstrap, "shipped", 4)
+    after = read_to_end(gateway.bootstrap, "shipped", 4)
     gone = [m for m in after if m.key() == b"gone"]
     assert len(gone) == 5 and all(m.value() is None and m.partition() == partition_for_key(b"gone", 4) for m in gone)
     assert sum(m.key() is None and m.value() == b"x" for m in after) == 40
@@ -121,9 +103,9 @@ def test_bad_writes_are_refused_by_name(spark, gateway):
             .option("topic", "target").save()
     with pytest.raises(Exception, match="invalid_topic_exception"):
         _sink(frame, gateway, topic="no/such topic").save()
-    assert _consume(gateway.bootstrap, "target", 1, "read_uncommitted") == []
+    assert read_to_end(gateway.bootstrap, "target", 1, "read_uncommitted") == []
     _sink(frame, gateway, topic="made-on-first-use").save()  # as Kafka producers: the gateway creates it
-    assert [m.value() for m in _consume(gateway.bootstrap, "made-on-first-use", 1)] == [b"b"]
+    assert [m.value() for m in read_to_end(gateway.bootstrap, "made-on-first-use", 1)] == [b"b"]
 
 
 def _values(messages):
@@ -195,8 +177,8 @@ def test_a_killed_task_is_retried_and_exactly_once_never_duplicates(spark, gatew
     killer.join()
     assert killed and killed[0] > 0
 
-    committed = _values(_consume(gateway.bootstrap, "results", 2))
-    everything = _values(_consume(gateway.bootstrap, "results", 2, "read_uncommitted"))
+    committed = _values(read_to_end(gateway.bootstrap, "results", 2))
+    everything = _values(read_to_end(gateway.bootstrap, "results", 2, "read_uncommitted"))
     assert set(committed) == set(range(rows))
     assert len(everything) > rows, "the killed attempts had produced rows"
     if delivery == "exactly_once":
@@ -226,14 +208,14 @@ def test_a_replayed_micro_batch_is_written_once_exactly_once(spark, gateway, tmp
         assert query.exception() is None
 
     run()
-    assert _values(_consume(gateway.bootstrap, "copies", 3)) == list(range(500))
+    assert _values(read_to_end(gateway.bootstrap, "copies", 3)) == list(range(500))
     commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: p.name)
     assert [p.name for p in commits if not p.name.startswith(".")] == ["0"]
     for path in commits:  # the driver "died" after the sink's commit, before Spark's
         path.unlink()
     run()
 
-    copies = _values(_consume(gateway.bootstrap, "copies", 3))
+    copies = _values(read_to_end(gateway.bootstrap, "copies", 3))
     if delivery == "exactly_once":
         assert copies == list(range(500))
     else:
