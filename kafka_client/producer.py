@@ -19,6 +19,7 @@ from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.records import Record, RecordHeader, batch_of, build_batch
 
 from .cluster import GROUP, TRANSACTION, Cluster, ClusterError, check
+from .connection import BrokerConnection
 from .partitioner import partition_for_key
 
 __all__ = ["Producer", "ProducerIdentity", "end_transaction"]
@@ -59,7 +60,6 @@ class Producer:
         self._in_transaction: set[tuple[str, int]] = set()
         self._sticky: dict[str, int] = {}
         self.identity = self._init_producer_id()
-        self.records_sent = 0
 
     # -- identity and transactions -----------------------------------------------------------
 
@@ -76,24 +76,13 @@ class Producer:
 
         return self._cluster.retry(attempt, deadline_s=self._delivery_timeout_s, on_retry=self._forget_coordinator)
 
-    def _coordinator(self):
+    def _coordinator(self) -> BrokerConnection:
         assert self.transactional_id is not None, "not a transactional producer"
         return self._cluster.coordinator(TRANSACTION, self.transactional_id)
 
     def _forget_coordinator(self) -> None:
         if self.transactional_id is not None:
             self._cluster.forget_coordinator(TRANSACTION, self.transactional_id)
-
-    def _transactional(self, api_key: ApiKey, version: int, values: dict):
-        """A request to the transaction coordinator, retried while retriable."""
-        assert self.transactional_id is not None, "not a transactional producer"
-        values = {"transactional_id": self.transactional_id, "producer_id": self.identity.producer_id,
-                  "producer_epoch": self.identity.epoch, **values}
-
-        def attempt():
-            return self._cluster.call(self._coordinator(), api_key, version, values)
-
-        return self._cluster.retry(attempt, deadline_s=self._delivery_timeout_s, on_retry=self._forget_coordinator)
 
     def _add_partitions(self, partitions: Sequence[tuple[str, int]]) -> None:
         new = [tp for tp in partitions if tp not in self._in_transaction]
@@ -118,8 +107,13 @@ class Producer:
 
     def add_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Make the group's ``offsets`` part of the transaction (AddOffsetsToTxn, TxnOffsetCommit)."""
-        answer = self._transactional(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"group_id": group_id})
-        check(answer.error_code, "AddOffsetsToTxn")
+        def add() -> None:
+            answer = self._cluster.call(self._coordinator(), ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+                "transactional_id": self.transactional_id, "producer_id": self.identity.producer_id,
+                "producer_epoch": self.identity.epoch, "group_id": group_id})
+            check(answer.error_code, "AddOffsetsToTxn")
+
+        self._cluster.retry(add, deadline_s=self._delivery_timeout_s, on_retry=self._forget_coordinator)
         by_topic: dict[str, list[dict]] = {}
         for (topic, partition), offset in offsets.items():
             by_topic.setdefault(topic, []).append(
@@ -141,14 +135,18 @@ class Producer:
                             on_retry=lambda: self._cluster.forget_coordinator(GROUP, group_id))
 
     def commit(self) -> None:
+        """Flush, then commit the transaction (a task that ends its own transaction; the Spark
+        sink's tasks leave that to the driver, :func:`end_transaction`)."""
+        assert self.transactional_id is not None, "not a transactional producer"
         self.flush()
-        end_transaction(self._cluster, self.transactional_id or "", self.identity, commit=True)
+        end_transaction(self._cluster, self.transactional_id, self.identity, commit=True)
         self._in_transaction.clear()
 
     def abort(self) -> None:
+        assert self.transactional_id is not None, "not a transactional producer"
         self._pending.clear()
         self._buffered = 0
-        end_transaction(self._cluster, self.transactional_id or "", self.identity, commit=False)
+        end_transaction(self._cluster, self.transactional_id, self.identity, commit=False)
         self._in_transaction.clear()
 
     # -- records ------------------------------------------------------------------------------
@@ -222,15 +220,13 @@ class Producer:
             self._buffered -= pending.size
             unsent[where] = self._record_set(pending, self._sequences.get(where, 0))
 
-
         def attempt() -> None:
-            by_leader: dict[int, list[tuple[str, int]]] = {}
+            by_leader: dict[int, tuple[BrokerConnection, list[tuple[str, int]]]] = {}
             for where in unsent:
                 leader = self._cluster.leader(*where)
-                by_leader.setdefault(id(leader), []).append(where)
+                by_leader.setdefault(id(leader), (leader, []))[1].append(where)
             failure: ClusterError | None = None
-            for group in by_leader.values():
-                connection = self._cluster.leader(*group[0])
+            for connection, group in by_leader.values():
                 topics: dict[str, list[dict]] = {}
                 for topic, partition in group:
                     topics.setdefault(topic, []).append({"index": partition, "records": unsent[(topic, partition)][0]})
@@ -243,7 +239,6 @@ class Producer:
                         if result.error_code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
                             count = unsent.pop(where)[1]
                             self._sequences[where] = (self._sequences.get(where, 0) + count) & 0x7FFFFFFF
-                            self.records_sent += count
                         else:
                             failure = failure or ClusterError(result.error_code, f"Produce {where[0]}-{where[1]}")
                             self._cluster.forget_leader(*where)

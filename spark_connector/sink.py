@@ -139,8 +139,6 @@ def _produce(producer: Producer, batch: pa.RecordBatch, topic_option: str | None
         producer.next_sticky(topic)
     order = np.argsort(chosen, kind="stable")
     bounds = np.searchsorted(chosen[order], np.arange(partition_count + 1))
-    row_bytes = (values.nbytes + keys.nbytes) // max(count, 1) + 16  # and each record's varints
-    rows_per_section = max(1, batch_bytes // row_bytes)
     for partition in range(partition_count):
         low, high = int(bounds[partition]), int(bounds[partition + 1])
         if low == high:
@@ -151,11 +149,27 @@ def _produce(producer: Producer, batch: pa.RecordBatch, topic_option: str | None
             rows = pa.array(order[low:high])
             part_keys, part_values = keys.take(rows), values.take(rows)
         key_buffers, value_buffers = _buffers(part_keys), _buffers(part_values)
-        for start in range(0, high - low, rows_per_section):
-            stop = min(start + rows_per_section, high - low)
+        for start, stop in _sections(part_keys, part_values, batch_bytes):
             producer.send_encoded(topic, partition, column_encoding.encode_rows(key_buffers, value_buffers, start, stop),
                                   stop - start)
     return count
+
+
+def _sections(keys: pa.Array, values: pa.Array, batch_bytes: int) -> Iterator[tuple[int, int]]:
+    """Row ranges whose records take at most ``batch_bytes`` (a row larger than that alone)."""
+    count = len(values)
+
+    def ends(column: pa.Array) -> np.ndarray:  # bytes of the column's rows up to and including each
+        offsets = np.frombuffer(column.buffers()[1], np.int32, count=count + 1, offset=4 * column.offset)
+        return offsets[1:] - offsets[0]
+
+    total = ends(keys) + ends(values) + 16 * np.arange(1, count + 1)  # and each record's varints
+    start = 0
+    while start < count:
+        before = int(total[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(total, before + batch_bytes, side="right")), start + 1)
+        yield start, stop
+        start = stop
 
 
 def _produce_rows(producer: Producer, batch: pa.RecordBatch, topic_option: str | None) -> int:

@@ -56,3 +56,19 @@ def test_buffers_shorter_than_the_rows_are_refused():
     validity, offsets, data, offset = _buffers(column)
     with pytest.raises(ValueError, match="outside"):
         column_encoding.encode_rows((None, offsets, b"", 0), (None, offsets, b"", 0), 0, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.none() | st.binary(max_size=50), st.none() | st.binary(max_size=3000)), min_size=1,
+                max_size=80), st.integers(1, 5), st.integers(100, 5000))
+def test_sink_sections_cover_the_rows_within_the_batch_size(rows, lead, batch_bytes):
+    pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
+    from kafscale.spark_connector.sink import _sections
+
+    keys = pa.array([b"x"] * lead + [k for k, _ in rows], pa.binary()).slice(lead)
+    values = pa.array([b"y" * 7] * lead + [v for _, v in rows], pa.binary()).slice(lead)
+    sections = list(_sections(keys, values, batch_bytes))
+    assert [a for a, _ in sections] == [0] + [b for _, b in sections[:-1]] and sections[-1][1] == len(rows)
+    for start, stop in sections:
+        size = len(column_encoding.encode_rows(_buffers(keys), _buffers(values), start, stop))
+        assert stop - start == 1 or size <= batch_bytes
