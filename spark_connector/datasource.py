@@ -27,8 +27,7 @@ __all__ = ["KafscaleDataSource", "register"]
 class KafscaleBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-
-    bounds = NO_BOUNDS
+        self.bounds = NO_BOUNDS  # what pushed filters prune (KafscalePushdownReader)
 
     def partitions(self) -> list[InputPartition]:
         ranges = plan(open_location(self.options), self.options, self.bounds)

@@ -37,8 +37,11 @@ while True:
 
 
 def _acked(path):
+    """The complete lines written so far. One read: iterating a file being appended to can
+    return a line's tail on its own (a write crossing a page shows its first part first)."""
     with open(path) as handle:
-        return [json.loads(line) for line in handle if line.endswith("\n")]
+        text = handle.read()
+    return [json.loads(line) for line in text.split("\n")[:-1]]  # the last piece is partial or empty
 
 
 def verify_stored(gateway, acked) -> None:
