@@ -26,8 +26,8 @@ class ClientSettings:
     security: Security = Security()
     client_id: str = "kafscale-spark"
 
-    def cluster(self) -> Cluster:
-        return Cluster(self.bootstrap_servers, self.security, client_id=self.client_id)
+    def cluster(self, timeout_s: float = 30.0) -> Cluster:
+        return Cluster(self.bootstrap_servers, self.security, timeout_s=timeout_s, client_id=self.client_id)
 
 
 def parse_client_settings(lowered: Mapping[str, str], default_client_id: str) -> ClientSettings:

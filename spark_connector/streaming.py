@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
 
+# A progress commit waits at most this long, and after a failure none is tried for a while:
+# lag reporting must not hold up the query when the gateways are unreachable.
+_PROGRESS_TIMEOUT_S = 5.0
+_PROGRESS_PAUSE_S = 60
+
 
 class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, open_location) -> None:
@@ -47,6 +52,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = time.monotonic()
         self._latest_seen: Offsets | None = None
         self._progress_committed: Offsets | None = None
+        self._progress_paused_until = 0.0  # after a failed commit: the query is never held up by it
 
     def _snapshots(self):
         store = self._open(self.options)
@@ -160,13 +166,16 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """With progressGroup, offsets up to ``done`` go to the group (a failure is logged,
         never fails the query)."""
         group, client = self.options.progress_group, self.options.client
-        if group is None or client is None or not done or done == self._progress_committed:
+        if (group is None or client is None or not done or done == self._progress_committed
+                or time.monotonic() < self._progress_paused_until):
             return
         offsets = {(topic, int(partition)): offset for topic, parts in done.items()
                    for partition, offset in parts.items()}
         try:
-            with client.cluster() as cluster:
+            with client.cluster(timeout_s=_PROGRESS_TIMEOUT_S) as cluster:
                 commit_offsets(cluster, group, offsets)
             self._progress_committed = done
         except Exception as exc:  # progress for lag tools only: the checkpoint is the truth
-            log.warning("committing progress to group %r failed: %s", group, exc)
+            self._progress_paused_until = time.monotonic() + _PROGRESS_PAUSE_S
+            log.warning("committing progress to group %r failed (next try in %d s): %s", group,
+                        _PROGRESS_PAUSE_S, exc)

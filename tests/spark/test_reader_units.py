@@ -1,6 +1,8 @@
 """The stream reader's offset arithmetic and the executor's errors, without a Spark session
 (pyspark is imported for its classes only)."""
 
+import time
+
 import pytest
 from confluent_kafka import Producer
 
@@ -126,3 +128,16 @@ def test_segments_merged_after_planning_are_read_from_the_merged_one(data, tmp_p
         store.delete(piece.key)
     rows = [r for b in read_range(open_location(options), part, include_headers=False) for r in b.to_pylist()]
     assert [(r["offset"], r["value"]) for r in rows] == [(i, b"%d" % i) for i in range(30)]
+
+
+def test_an_unreachable_progress_group_never_fails_or_holds_up_the_query(data):
+    from tests.support.gateway_process import free_port
+
+    reader = _reader(data, progressGroup="lag", **{"kafka.bootstrap.servers": f"127.0.0.1:{free_port()}"})
+    start = reader.initialOffset()
+    began = time.monotonic()
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"units": {"0": 30}}  # the commit failed, logged
+    assert time.monotonic() - began < 15
+    began = time.monotonic()
+    reader.commit({"units": {"0": 30}})  # paused after the failure: not tried again at once
+    assert time.monotonic() - began < 1
