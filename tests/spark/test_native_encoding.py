@@ -63,7 +63,7 @@ def test_buffers_shorter_than_the_rows_are_refused():
                 max_size=80), st.integers(1, 5), st.integers(100, 5000))
 def test_sink_sections_cover_the_rows_within_the_batch_size(rows, lead, batch_bytes):
     pytest.importorskip("pyspark", reason="pyspark is a test dependency (kafscale[spark])")
-    from kafscale.spark_connector.sink import _sections
+    from kafscale.spark_connector.producing import _sections
 
     keys = pa.array([b"x"] * lead + [k for k, _ in rows], pa.binary()).slice(lead)
     values = pa.array([b"y" * 7] * lead + [v for _, v in rows], pa.binary()).slice(lead)
