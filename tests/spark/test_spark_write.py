@@ -145,7 +145,7 @@ def test_a_killed_task_is_retried_and_exactly_once_never_duplicates(spark, gatew
     _topics(gateway, results=2, numbers=2)
     rows = 200_000
     options = {"topic": "results", "delivery": delivery, "transactionalIdPrefix": f"kill-{delivery}-{mode}",
-               "kafka.batch.size": "4000"}  # small batches: the tasks take a while, produced as they go
+               "kafka.batch.size": "1000"}  # small batches: the tasks take seconds, produced as they go
     killed = []
 
     def kill_mid_way() -> None:  # beside the write, which Spark runs in this thread
