@@ -61,8 +61,7 @@ def check_columns(schema: StructType, options: WriteOptions) -> None:
         raise OptionError(f"column topic must be string, not {types['topic'].simpleString()}")
     if "partition" in types and not isinstance(types["partition"], (IntegerType, LongType)):
         raise OptionError(f"column partition must be int, not {types['partition'].simpleString()}")
-    if "headers" in types and types["headers"].simpleString() not in (
-            "array<struct<key:string,value:binary>>",):
+    if "headers" in types and types["headers"].simpleString() != "array<struct<key:string,value:binary>>":
         raise OptionError("column headers must be array<struct<key: string, value: binary>>")
 
 
