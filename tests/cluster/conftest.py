@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.request
 
@@ -138,21 +139,43 @@ def etcd(tmp_path):
     server.stop()
 
 
-def running(cluster: Cluster):
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.call_failed = report.failed
+    return report
+
+
+# What a failed cluster test prints of each gateway's log: the cluster's decisions and
+# whatever went wrong, without the per-request debug lines.
+_TELLING = ("WARNING", "ERROR", "owns", "adopt", "group", "coordinat", "release", "took over", "fenced")
+
+
+def _print_telling_logs(cluster: Cluster) -> None:
+    for gateway in cluster.gateways:
+        lines = [line for line in gateway.logs().splitlines() if any(word in line for word in _TELLING)]
+        print(f"---- gateway {gateway.port}: {len(lines)} telling lines, the last 150 ----", file=sys.stderr)
+        print("\n".join(lines[-150:]), file=sys.stderr)
+
+
+def running(cluster: Cluster, request):
     try:
         for gateway in cluster.gateways:
             gateway.start()
         yield cluster
+        if getattr(request.node, "call_failed", False):
+            _print_telling_logs(cluster)
     finally:
         cluster.stop()
 
 
 @pytest.fixture
-def cluster(tmp_path, etcd, moto_server):
-    yield from running(Cluster(tmp_path, etcd, moto_server))
+def cluster(tmp_path, etcd, moto_server, request):
+    yield from running(Cluster(tmp_path, etcd, moto_server), request)
 
 
 @pytest.fixture
-def seaweed_cluster(tmp_path, etcd, seaweed_server):
+def seaweed_cluster(tmp_path, etcd, seaweed_server, request):
     """The same three gateways on SeaweedFS (another S3 implementation, real SigV4)."""
-    yield from running(Cluster(tmp_path, etcd, seaweed_server))
+    yield from running(Cluster(tmp_path, etcd, seaweed_server), request)

@@ -9,11 +9,11 @@ from tests.cluster.test_cluster import BackgroundProducer, create_topic, verify
 from tests.support.etcd_server import etcd_cluster
 
 
-def test_losing_one_etcd_member_changes_nothing_for_clients(tmp_path, moto_server):
+def test_losing_one_etcd_member_changes_nothing_for_clients(tmp_path, moto_server, request):
     members = etcd_cluster(tmp_path, 3)
     try:
         endpoints = ",".join(m.endpoint for m in members)
-        for cluster in running(Cluster(tmp_path, members[1], moto_server, etcd_endpoints=endpoints)):
+        for cluster in running(Cluster(tmp_path, members[1], moto_server, etcd_endpoints=endpoints), request):
             create_topic(cluster, "quorum", 6)
             cluster.wait_owned("quorum", 6, {0, 1, 2})
             producer = BackgroundProducer(cluster, "quorum", tmp_path, idempotent=True)
