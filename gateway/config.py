@@ -13,7 +13,7 @@ from kafscale.storage_backends import S3Options
 
 __all__ = ["GatewayConfig", "ConfigError", "Listener", "load_config", "build_parser", "SECURITY_PROTOCOLS",
            "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
-           "ClusterConfig", "LogConfig", "TopicsConfig", "GroupsConfig", "LimitsConfig", "LoggingConfig"]
+           "ClusterConfig", "LogConfig", "TopicsConfig", "GroupsConfig", "LfsConfig", "LimitsConfig", "LoggingConfig"]
 
 
 class ConfigError(ValueError):
@@ -294,6 +294,21 @@ class GroupsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LfsConfig:
+    """Large File Support: the /lfs upload endpoint and the clean-up of its objects (docs/lfs.md)."""
+
+    lfs_part_bytes: int = _opt(64 * 2**20, "part size of multipart uploads on S3 (one pre-signed URL per part); "
+                               "objects up to this size get one pre-signed PUT", minimum=5 * 2**20)
+    lfs_max_object_bytes: int = _opt(5 * 2**40, "largest object an upload session may announce", minimum=1)
+    lfs_upload_expiry_ms: int = _opt(3_600_000, "how long an upload session (and its pre-signed URLs) lasts",
+                                     minimum=1000)
+    lfs_orphan_ms: int = _opt(86_400_000, "an uploaded object no pointer record named within this time is "
+                              "deleted", minimum=1000)
+    lfs_sweep_interval_ms: int = _opt(300_000, "how often orphaned and expired LFS objects are looked for",
+                                      minimum=100)
+
+
+@dataclass(frozen=True, slots=True)
 class LimitsConfig:
     """Bounds on memory, frames, connections, time and threads."""
 
@@ -345,6 +360,7 @@ SECTIONS: dict[str, type] = {
     "log": LogConfig,
     "topics": TopicsConfig,
     "groups": GroupsConfig,
+    "lfs": LfsConfig,
     "limits": LimitsConfig,
     "logging": LoggingConfig,
 }
@@ -366,6 +382,7 @@ class GatewayConfig:
     log: LogConfig = field(default_factory=LogConfig)
     topics: TopicsConfig = field(default_factory=TopicsConfig)
     groups: GroupsConfig = field(default_factory=GroupsConfig)
+    lfs: LfsConfig = field(default_factory=LfsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 

@@ -23,7 +23,7 @@ from .config import GatewayConfig
 
 __all__ = ["TOPIC_CONFIGS", "TopicConfig", "TopicPolicy", "validate_topic_configs", "effective_configs",
            "topic_policy", "option_source", "LIST_CONFIGS", "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG",
-           "TOPIC_CONFIG", "COMPACT", "DELETE"]
+           "TOPIC_CONFIG", "COMPACT", "DELETE", "LfsPolicy"]
 
 # Kafka's ConfigSource values for where a value comes from
 TOPIC_CONFIG = 1
@@ -102,6 +102,11 @@ def _throttled_replicas(value: str) -> None:
 
 def _anything(value: str) -> None:
     return None
+
+
+def _lfs_prefix(value: str) -> None:
+    if value.startswith("/") or value.endswith("/") or "//" in value or "~" in value:
+        raise ValueError("a key prefix has no leading, trailing or doubled '/' and no '~'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,23 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
                     "accepted, no effect: records leave the open log objects after compaction_delay_ms"),
         TopicConfig("unclean.leader.election.enable", "false", _boolean,
                     "Let an out-of-sync replica become leader.", _BOOLEAN, _NO_EFFECT_REPLICAS),
+        # Large File Support (Kafscale's own, not Kafka's): big values go to the store, the log
+        # carries a pointer record (docs/lfs.md).
+        TopicConfig("kafscale.lfs.enabled", "false", _boolean,
+                    "Large File Support: uploads through the gateway's /lfs endpoint, pointers tracked.", _BOOLEAN,
+                    "enforced: the /lfs endpoint serves this topic; produced pointers are counted and kept alive"),
+        TopicConfig("kafscale.lfs.min_bytes", str(8 << 20), _long(0),
+                    "Values at least this large go to the store (the SDK's threshold, require_sdk's limit).", _LONG,
+                    "enforced by the SDK and by require_sdk"),
+        TopicConfig("kafscale.lfs.bucket", "", _anything,
+                    "Bucket of this topic's LFS objects (default: the store's bucket; S3 stores only).", _STRING,
+                    "enforced by the /lfs endpoint"),
+        TopicConfig("kafscale.lfs.prefix", "", _lfs_prefix,
+                    "Key prefix of this topic's LFS objects (default: the namespace).", _STRING,
+                    "enforced by the /lfs endpoint"),
+        TopicConfig("kafscale.lfs.require_sdk", "false", _boolean,
+                    "Refuse values of min_bytes or more that are not valid pointers to existing objects.", _BOOLEAN,
+                    "enforced on produce (POLICY_VIOLATION)"),
     )
 }
 
@@ -258,6 +280,17 @@ def effective_configs(configs: Mapping[str, str], broker: GatewayConfig) -> dict
 
 
 @dataclass(frozen=True, slots=True)
+class LfsPolicy:
+    """A topic's Large File Support configs, typed."""
+
+    enabled: bool
+    min_bytes: int
+    bucket: str  # "" = the store's bucket
+    prefix: str  # "" = the namespace
+    require_sdk: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPolicy:
     """A topic's configs that the gateway enforces, typed."""
 
@@ -276,6 +309,7 @@ class TopicPolicy:
     timestamp_after_max_ms: int
     compression: str  # compression.type
     compression_level: int | None  # the level of ``compression``'s codec, where one is set
+    lfs: LfsPolicy
 
     @property
     def checks_timestamps(self) -> bool:
@@ -308,4 +342,8 @@ def topic_policy(configs: Mapping[str, str], broker: GatewayConfig) -> TopicPoli
         log_append_time=values["message.timestamp.type"] == "LogAppendTime",
         timestamp_before_max_ms=before, timestamp_after_max_ms=after,
         compression=compression, compression_level=int(values[level]) if level else None,
+        lfs=LfsPolicy(enabled=values["kafscale.lfs.enabled"].strip().lower() == "true",
+                      min_bytes=int(values["kafscale.lfs.min_bytes"]), bucket=values["kafscale.lfs.bucket"],
+                      prefix=values["kafscale.lfs.prefix"],
+                      require_sdk=values["kafscale.lfs.require_sdk"].strip().lower() == "true"),
     )

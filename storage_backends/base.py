@@ -7,7 +7,7 @@ calls them from worker threads with its own capacity limiter. Keys are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -59,6 +59,11 @@ class ObjectStore(Protocol):
     def put_if_absent(self, key: str, data: bytes) -> str:
         """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists.
         Returns its version (as :meth:`get_versioned` gives it; ``""`` if the store did not say)."""
+
+    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
+        """Write (or replace) the object at ``key`` from ``chunks`` as they come, holding a few
+        parts in memory at most (large objects: LFS uploads on the filesystem). Durable and
+        whole when this returns; nothing is visible if it fails."""
 
     def get(self, key: str) -> bytes:
         """The whole object; :class:`ObjectNotFound` if missing."""

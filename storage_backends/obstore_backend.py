@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import obstore
@@ -14,6 +14,8 @@ from obstore.store import LocalStore, MemoryStore
 from .base import ObjectChanged, ObjectExists, ObjectInfo, ObjectNotFound, StorageUnavailable
 
 __all__ = ["ObstoreBackend", "LocalBackend", "MemoryBackend"]
+
+_STREAM_PART = 8 * 2**20
 
 
 class ObstoreBackend:
@@ -47,6 +49,12 @@ class ObstoreBackend:
             raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
         self._made_durable(key)
         return result.get("e_tag") or ""
+
+    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
+        # Multipart on S3, a staged file renamed into place on disk: a few parts in memory at once.
+        self._call(obstore.put, key, iter(chunks), use_multipart=True, chunk_size=_STREAM_PART,
+                   max_concurrency=2)
+        self._made_durable(key)
 
     def get(self, key: str) -> bytes:
         return bytes(self._call(obstore.get, key).bytes())

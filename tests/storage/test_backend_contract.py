@@ -43,6 +43,25 @@ def test_put_get_head_delete(store):
     store.delete("ns/t/0/a")  # idempotent
 
 
+def test_put_stream_writes_the_chunks_whole_and_replaces(store):
+    chunks = [bytes([i]) * (3 * 2**20 + i) for i in range(5)]  # more than one part of the multipart upload
+    store.put_stream("ns/t/lfs/x", iter(chunks))
+    assert store.head("ns/t/lfs/x").size == sum(len(c) for c in chunks)
+    assert store.get("ns/t/lfs/x") == b"".join(chunks)
+    store.put_stream("ns/t/lfs/x", iter([b"small"]))
+    assert store.get("ns/t/lfs/x") == b"small"
+
+
+def test_a_failing_stream_leaves_nothing_behind(store):
+    def chunks():
+        yield b"a" * 2**20
+        raise OSError("the client went away")
+
+    with pytest.raises(Exception, match="went away"):
+        store.put_stream("ns/t/lfs/broken", chunks())
+    assert store.head("ns/t/lfs/broken") is None
+
+
 def test_delete_many_removes_every_key_missing_ones_included(store):
     keys = [f"ns/~log/w/{i:020d}.kfl" for i in range(1205)]  # more than one S3 DeleteObjects batch
     for key in keys[:1200]:
