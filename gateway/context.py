@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .budget import RequestMemory
 from .config import GatewayConfig
 from .groups import GroupCoordinator
+from .lfs import LfsService
 from .logs import LogManager
 from .metrics import Metrics
 from .ownership import Broker, Ownership
@@ -25,6 +26,7 @@ class GatewayContext:
     groups: GroupCoordinator
     access: Access
     transactions: TransactionCoordinator
+    lfs: LfsService
     ready: bool = False
 
     @property

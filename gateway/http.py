@@ -1,5 +1,6 @@
-"""A small HTTP/1.1 listener for /metrics (Prometheus), /healthz and /readyz, over TLS when
-``http_ssl`` is set (with the Kafka listeners' certificate, reloaded the same way)."""
+"""The gateway's HTTP/1.1 listener: /metrics (Prometheus), /healthz, /readyz and the LFS
+endpoint (/lfs/...), over TLS when ``http_ssl`` is set (with the Kafka listeners'
+certificate, reloaded the same way)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kafscale.protocol.layout import META_PREFIX
 
 from .context import GatewayContext
+from .http_exchange import HttpError, HttpExchange
+from .lfs.http_api import serve_lfs
 from .security.tls import TlsContext, TlsHandshakeFailed, tls_accept
 
 __all__ = ["serve_http", "readiness"]
@@ -18,6 +21,7 @@ __all__ = ["serve_http", "readiness"]
 log = logging.getLogger("kafscale.http")
 
 _STORE_ANSWER_S = 2.0
+_HEAD_TIMEOUT_S = 10.0
 
 
 async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
@@ -52,51 +56,64 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     return True, "ready" + "".join(f"; {item}" for item in damage)
 
 
-async def _respond(stream: trio.SocketStream, status: str, content_type: str, body: bytes) -> None:
-    head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode()
-    await stream.send_all(head + body)
+async def _route(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None:
+    path = exchange.path
+    if path.startswith("/lfs/"):
+        await serve_lfs(ctx, exchange, tls)
+    elif exchange.method != "GET":
+        raise HttpError(405, f"{exchange.method} is not served at {path}")
+    elif path == "/metrics":
+        await exchange.respond(200, generate_latest(ctx.metrics.registry), CONTENT_TYPE_LATEST)
+    elif path == "/healthz":
+        await exchange.respond(200, b"ok\n")
+    elif path == "/readyz":
+        ok, reason = await readiness(ctx)
+        await exchange.respond(200 if ok else 503, reason.encode() + b"\n")
+    else:
+        raise HttpError(404, "not found")
 
 
-async def _handle(ctx: GatewayContext, stream: trio.SocketStream) -> None:
+async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer_host: str, tls: bool) -> None:
+    exchange = HttpExchange(stream, peer_host)
     try:
-        with trio.move_on_after(10):
-            request = b""
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                chunk = await stream.receive_some(4096)
-                if not chunk:
-                    return
-                request += chunk
-            parts = request.split(b"\r\n", 1)[0].split()
-            path = parts[1].decode(errors="replace").split("?", 1)[0] if len(parts) >= 2 else ""
-            if path == "/metrics":
-                await _respond(stream, "200 OK", CONTENT_TYPE_LATEST, generate_latest(ctx.metrics.registry))
-            elif path == "/healthz":
-                await _respond(stream, "200 OK", "text/plain", b"ok\n")
-            elif path == "/readyz":
-                ok, reason = await readiness(ctx)
-                await _respond(stream, "200 OK" if ok else "503 Service Unavailable", "text/plain",
-                               reason.encode() + b"\n")
-            else:
-                await _respond(stream, "404 Not Found", "text/plain", b"not found\n")
+        # The head must come within 10 s; a body (an LFS upload) may take as long as it keeps coming.
+        with trio.move_on_after(_HEAD_TIMEOUT_S):
+            if not await exchange.read_head():
+                return
+        if not exchange.method:
+            return
+        try:
+            await _route(ctx, exchange, tls)
+        except HttpError as exc:
+            if not exchange.responded:
+                await exchange.respond(exc.status, str(exc).encode() + b"\n")
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
-    except Exception:  # a probe must never take the gateway down
+    except HttpError as exc:
+        with trio.move_on_after(1):
+            await exchange.respond(exc.status, str(exc).encode() + b"\n")
+    except Exception:  # a probe or an upload must never take the gateway down
         log.exception("HTTP request failed")
+        if not exchange.responded:
+            with trio.move_on_after(1):
+                await exchange.respond(500, b"internal error\n")
     finally:
         await trio.aclose_forcefully(stream)
 
 
 async def serve_http(ctx: GatewayContext, listeners, tls: TlsContext | None = None,
                      task_status=trio.TASK_STATUS_IGNORED) -> None:
-    async def handler(stream):
+    async def handler(connection: trio.SocketStream):
+        try:
+            peer_host = str(connection.socket.getpeername()[0])
+        except OSError:
+            return
+        stream: trio.abc.Stream = connection
         if tls is not None:
             try:
-                stream = await tls_accept(stream, tls, 10)
+                stream = await tls_accept(connection, tls, 10)
             except TlsHandshakeFailed:
                 return
-        await _handle(ctx, stream)
+        await _handle(ctx, stream, peer_host, tls is not None)
 
     await trio.serve_listeners(handler, listeners, task_status=task_status)

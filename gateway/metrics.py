@@ -50,6 +50,21 @@ class Metrics:
             "kafscale_authorization_denials_total", "Operations refused by the ACLs", ["operation", "resource_type"],
             registry=self.registry,
         )
+        # Large File Support, named as the LFS design names them.
+        self.lfs_upload_requests = Counter(
+            "kafscale_lfs_upload_requests", "LFS upload sessions started", registry=self.registry)
+        self.lfs_upload_bytes = Counter(
+            "kafscale_lfs_upload_bytes", "Bytes of LFS uploads completed", registry=self.registry)
+        self.lfs_pointer_records = Counter(
+            "kafscale_lfs_pointer_records", "LFS pointer records accepted on produce", registry=self.registry)
+        self.lfs_validation_errors = Counter(
+            "kafscale_lfs_validation_errors", "Records and uploads refused by LFS validation", ["reason"],
+            registry=self.registry)
+        self.lfs_head_latency = Histogram(
+            "kafscale_lfs_head_latency_ms", "Latency of the HEAD that checks a pointer's object (ms)",
+            registry=self.registry, buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000))
+        self.lfs_objects_deleted = Counter(
+            "kafscale_lfs_objects_deleted", "LFS objects deleted by the clean-up", ["reason"], registry=self.registry)
         self.inflight_bytes = Gauge(
             "kafscale_inflight_request_bytes", "Request and unsent response bytes held for clients", registry=self.registry
         )

@@ -33,6 +33,8 @@ from .config import GatewayConfig
 from .context import GatewayContext
 from .groups import GroupCoordinator, GroupStore
 from .groups.coordinator import GroupSettings
+from .lfs import LfsService
+from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
 from .logs import LogManager
 from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
 from .metrics import Metrics
@@ -40,6 +42,7 @@ from .ownership import Endpoint, SoleGateway
 from .security.access import Access
 from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
 from .storage import AsyncStore
+from .topic_configs import TopicPolicy
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import GatewayMarkers
 from .transactions.store import EmbeddedTransactions, TransactionStore, TransactionsUnreadable
@@ -137,7 +140,7 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, store: AsyncStore, metrics: Metrics, metadata: MetadataStore,
                  security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
-                 coordination: Coordination, transactions: TransactionCoordinator) -> None:
+                 coordination: Coordination, transactions: TransactionCoordinator, lfs: LfsService) -> None:
         self.config = config
         self.store = store
         self.metrics = metrics
@@ -148,7 +151,8 @@ class Gateway:
         self.access = access
         self.coordination = coordination
         self.transactions = transactions
-        self.context = GatewayContext(config, logs, metrics, groups, access, transactions)
+        self.lfs = lfs
+        self.context = GatewayContext(config, logs, metrics, groups, access, transactions, lfs)
 
     @property
     def mode(self) -> Mode:
@@ -184,6 +188,8 @@ class Gateway:
             await nursery.start(self.groups.run)
             await self.coordination.run(nursery)
             await nursery.start(self.transactions.run, self.config.groups.transaction_check_interval_ms / 1000)
+            # One gateway of a cluster cleans LFS objects up: the coordinator of group slot 0.
+            nursery.start_soon(self.lfs.run_sweeps, lambda: 0 in self.groups.owned_slots())
             task_status.started()
 
     async def flush(self) -> None:
@@ -241,7 +247,21 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read sasl_plain_users_file: {exc}") from exc
     metrics.watch_transactions(transactions, markers)
-    return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination, transactions)
+
+    def policy_of(topic: str) -> TopicPolicy | None:
+        info = logs.topics().get(topic)
+        return None if info is None else logs.policy(info)
+
+    lfs = LfsService(store, _lfs_objects(config, store), config.lfs, config.storage.namespace, metrics, policy_of)
+    return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination, transactions, lfs)
+
+
+def _lfs_objects(config: GatewayConfig, store: AsyncStore) -> LfsObjects:
+    """Pre-signed URLs on S3; elsewhere the gateway takes and serves the bytes itself."""
+    if config.storage.on_s3:
+        bucket, _, prefix = config.storage.storage[len("s3://"):].partition("/")
+        return PresignedObjects(bucket, prefix.strip("/"), config.storage.s3_options, config.lfs.lfs_part_bytes)
+    return GatewayHeldObjects(store.sync)
 
 
 def _etcd_client(config: GatewayConfig) -> EtcdClient:

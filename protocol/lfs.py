@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 import crc32c
@@ -162,9 +162,9 @@ def id_time_ms(identifier: str) -> int | None:
 def object_key(prefix: str, topic: str, identifier: str) -> str:
     """``{prefix}/{topic}/lfs/{yyyy}/{mm}/{dd}/{id}``; the date is the id's (UTC)."""
     millis = id_time_ms(identifier)
-    day = datetime.fromtimestamp((millis or 0) / 1000, tz=timezone.utc)
+    day = datetime.fromtimestamp((millis or 0) / 1000, tz=UTC)
     return f"{prefix}/{topic}/lfs/{day:%Y/%m/%d}/{identifier}"
 
 
 def utc_now_rfc3339() -> str:
-    return datetime.now(tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -21,6 +21,7 @@ from kafscale.protocol.record_policy import (
 from kafscale.protocol.records import BatchHeader, has_transactional_batch, split_batches, validate_record_set
 
 from ..context import RequestContext
+from ..lfs import LfsRecordsRefused
 from ..partition_log import PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
@@ -77,6 +78,25 @@ def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHea
     return records, headers
 
 
+async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, int], LfsRecordsRefused]:
+    """Record sets of LFS topics: pointers counted and claimed, and under require_sdk oversized
+    raw values and bad pointers refused (their HEADs are awaited here, before any append)."""
+    refused: dict[tuple[str, int], LfsRecordsRefused] = {}
+    for topic in body.topic_data:
+        lfs = ctx.logs.policy(ctx.logs.topics().get(topic.name)).lfs
+        if not (lfs.enabled or lfs.require_sdk):
+            continue
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            if isinstance(logs[key], KafkaError) or not part.records:
+                continue
+            try:
+                await ctx.gateway.lfs.check_produce(topic.name, lfs, part.records)
+            except LfsRecordsRefused as exc:
+                refused[key] = exc
+    return refused
+
+
 def _error(request: Request, code: ErrorCode):
     return respond(request, dict(responses=[
         dict(name=topic.name, partition_responses=[_partition(p.index, code) for p in topic.partition_data])
@@ -125,6 +145,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
             except KafkaError as exc:
                 logs[(topic.name, part.index)] = exc
     verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs)
+    lfs_refused = await _check_lfs(ctx, body, logs)
 
     results: dict[tuple[str, int], dict] = {}
     waits = []
@@ -152,6 +173,10 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 continue
             except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
                 results[key] = _partition(part.index, exc.code, message=str(exc))
+                continue
+            if key in lfs_refused:
+                refusal = lfs_refused[key]
+                results[key] = _refused(part.index, refusal.code, refusal.reason, refusal.indexes)
                 continue
             check = verified.get(key)
             if transactional_id is not None and check is None:

@@ -148,6 +148,17 @@ class Access:
             await trio.sleep(self.config.sasl.auth_failure_delay_ms / 1000)
             raise KafkaError(ErrorCode.sasl_authentication_failed, str(exc)) from None
 
+    async def verify_password(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s (a PLAIN user's, or one of its SCRAM credentials'):
+        the HTTP endpoint's Basic authentication. A failure waits as a SASL failure does."""
+        if await self._plain_matches(user, password):
+            self.metrics.authentications.labels("HTTP", "success").inc()
+            return True
+        self.metrics.authentications.labels("HTTP", "failure").inc()
+        log.warning("HTTP authentication failed for user %r", user[:64])
+        await trio.sleep(self.config.sasl.auth_failure_delay_ms / 1000)
+        return False
+
     async def _plain_matches(self, user: str, password: str) -> bool:
         expected = self.plain_users.get(user)
         if expected is not None:

@@ -1,0 +1,136 @@
+"""The LFS endpoint on the gateway's HTTP listener (docs/lfs.md):
+
+- ``GET  /lfs/topics/{topic}``: the topic's LFS settings (DESCRIBE on the topic);
+- ``POST /lfs/uploads`` ``{"topic", "size", "content_type"?, "checksum"?}``: an upload
+  session and where to send the bytes (WRITE on the topic);
+- ``PUT  /lfs/uploads/{id}/data``: the bytes, on a store without pre-signed URLs;
+- ``POST /lfs/uploads/{id}/complete`` ``{"checksum", "parts"?: [{"number", "etag"}]}``:
+  checks the object and answers the pointer record's value;
+- ``GET  /lfs/objects?bucket=&key=``: an object (READ on its topic): a redirect to a
+  pre-signed URL on S3, the bytes themselves elsewhere.
+
+Clients authenticate with HTTP Basic (the users and passwords of SASL PLAIN and SCRAM);
+when any Kafka listener asks for SASL, so does this endpoint. The principal is then
+authorized by the ACLs exactly as a Kafka request of that principal would be.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator
+
+from ..config import Listener
+from ..context import GatewayContext
+from ..http_exchange import HttpError, HttpExchange
+from ..security.access import ANONYMOUS, Session
+from ..security.acl import Operation, ResourceType
+from .objects import Part
+from .service import LfsRefused
+
+__all__ = ["serve_lfs"]
+
+_DOWNLOAD_CHUNK = 4 * 2**20
+
+
+async def _principal(ctx: GatewayContext, exchange: HttpExchange) -> str:
+    header = exchange.headers.get("authorization", "")
+    if not header:
+        if any(listener.sasl for listener in ctx.config.network.kafka_listeners):
+            raise HttpError(401, "credentials required (HTTP Basic, a SASL user's name and password)")
+        return ANONYMOUS
+    scheme, _, encoded = header.partition(" ")
+    try:
+        user, _, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        user = password = ""
+    if scheme.lower() != "basic" or not user or not await ctx.access.verify_password(user, password):
+        raise HttpError(401, "authentication failed: invalid user name or password")
+    return f"User:{user}"
+
+
+def _require(ctx: GatewayContext, exchange: HttpExchange, tls: bool, principal: str, operation: Operation,
+             topic: str) -> None:
+    listener = Listener("HTTP", "SSL" if tls else "PLAINTEXT", ctx.config.network.http_host,
+                        ctx.config.network.http_port)
+    session = Session(listener, exchange.peer_host, principal)
+    if not ctx.access.allowed(session, operation, ResourceType.TOPIC, topic):
+        raise HttpError(403, f"{principal} may not {operation.name} topic {topic!r}")
+
+
+def _field(document: dict, name: str, kind: type, default=None):
+    value = document.get(name, default)
+    if value is None and default is None:
+        raise HttpError(400, f"{name} is required")
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise HttpError(400, f"{name} must be a {kind.__name__}")
+    return value
+
+
+async def serve_lfs(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None:
+    try:
+        await _serve(ctx, exchange, tls)
+    except LfsRefused as exc:
+        raise HttpError(exc.status, str(exc)) from None
+
+
+async def _serve(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None:
+    lfs = ctx.lfs
+    parts = exchange.path.strip("/").split("/")  # "lfs", ...
+    method = exchange.method
+    principal = await _principal(ctx, exchange)
+    if method == "GET" and len(parts) == 3 and parts[1] == "topics":
+        topic = parts[2]
+        _require(ctx, exchange, tls, principal, Operation.DESCRIBE, topic)
+        settings = lfs.lfs_policy(topic)
+        await exchange.respond_json(200, {"topic": topic, "enabled": settings.enabled,
+                                          "min_bytes": settings.min_bytes, "require_sdk": settings.require_sdk})
+    elif method == "POST" and parts == ["lfs", "uploads"]:
+        document = await exchange.json_body()
+        topic = _field(document, "topic", str)
+        _require(ctx, exchange, tls, principal, Operation.WRITE, topic)
+        upload, plan = await lfs.start(principal, topic, _field(document, "size", int),
+                                       _field(document, "content_type", str, "application/octet-stream"),
+                                       _field(document, "checksum", str, "sha256"))
+        await exchange.respond_json(201, {
+            "id": upload.id, "bucket": upload.bucket, "key": upload.key, "size": upload.size,
+            "checksum": upload.checksum_alg, "expires_at_ms": upload.expires_ms, "method": plan.method,
+            "urls": plan.urls if plan.method != "gateway" else [f"/lfs/uploads/{upload.id}/data"],
+            "part_bytes": plan.part_bytes,
+        })
+    elif method == "PUT" and len(parts) == 4 and parts[1] == "uploads" and parts[3] == "data":
+        if exchange.content_length is None:
+            raise HttpError(411, "the upload needs a Content-Length")
+        upload = await lfs.receive(parts[2], principal, exchange.body())
+        await exchange.respond_json(200, {"id": upload.id, "received": upload.size})
+    elif method == "POST" and len(parts) == 4 and parts[1] == "uploads" and parts[3] == "complete":
+        document = await exchange.json_body()
+        try:
+            uploaded = [Part(int(p["number"]), str(p["etag"])) for p in document.get("parts", [])]
+        except (KeyError, TypeError, ValueError):
+            raise HttpError(400, "parts must be a list of {number, etag}") from None
+        pointer = await lfs.complete(parts[2], principal, _field(document, "checksum", str), uploaded)
+        await exchange.respond(200, pointer.encode(), "application/json")
+    elif method == "GET" and parts == ["lfs", "objects"]:
+        bucket = exchange.query.get("bucket", [""])[0]
+        key = exchange.query.get("key", [""])[0]
+        owner = lfs.topic_of(key)
+        if owner is None:
+            raise HttpError(404, f"{key!r} is not an LFS object key")
+        _require(ctx, exchange, tls, principal, Operation.READ, owner)
+        url = await lfs.download_url(bucket, key)
+        if url is not None:
+            await exchange.respond(307, b"", headers=[("Location", url)])
+            return
+        size = await lfs.size(bucket, key)
+        if size is None:
+            raise HttpError(404, f"no object {bucket}/{key}")
+        await exchange.respond_stream(200, _chunks(ctx, bucket, key), size)
+    else:
+        raise HttpError(404, f"no LFS endpoint {method} {exchange.path}")
+
+
+async def _chunks(ctx: GatewayContext, bucket: str, key: str) -> AsyncIterator[bytes]:
+    chunks = ctx.lfs.objects.read(bucket, key, _DOWNLOAD_CHUNK)
+    while (chunk := await ctx.lfs.read_chunk(chunks)) is not None:
+        yield chunk

@@ -1,0 +1,410 @@
+"""Large File Support on the gateway: upload sessions, the produce-time check of pointers, and
+the clean-up of objects no pointer needs.
+
+An upload session is one JSON document, ``{namespace}/~meta/lfs/{id}.json``, in the store every
+gateway of a cluster shares (so any gateway completes a session another started). Its state:
+
+- ``open``: URLs handed out (or bytes arriving); expires after ``lfs_upload_expiry_ms``;
+- ``complete``: the object exists with the announced size and checksum; a pointer is expected;
+- ``claimed``: a pointer naming it was produced (at ``last_pointer_ms``, renewed by each one).
+
+The clean-up deletes an object, and its document, when its session expired open, when it was
+completed and no pointer named it within ``lfs_orphan_ms``, when its topic is gone, or when
+the topic's time retention has passed since the last pointer named it. Objects this gateway
+did not upload (no document) are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+
+import trio
+
+from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.layout import META_PREFIX
+from kafscale.protocol.lfs import (
+    CHECKSUMS,
+    InvalidPointer,
+    LfsPointer,
+    id_time_ms,
+    maybe_pointer,
+    new_checksum,
+    object_id,
+    object_key,
+    parse_pointer,
+)
+from kafscale.protocol.records import iter_records, split_batches
+from kafscale.storage_backends import ObjectNotFound, StorageError
+
+from ..config import LfsConfig
+from ..metrics import Metrics
+from ..storage import AsyncStore
+from ..topic_configs import LfsPolicy, TopicPolicy
+from .objects import LfsObjects, Part, UploadPlan
+
+__all__ = ["LfsService", "Upload", "LfsRefused", "LfsRecordsRefused"]
+
+log = logging.getLogger("kafscale.lfs")
+
+_HEADS_IN_FLIGHT = 8
+
+
+class LfsRefused(Exception):
+    """An upload request refused: ``status`` is the HTTP status the endpoint answers."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LfsRecordsRefused(Exception):
+    """Produced records that the topic's LFS configs refuse (POLICY_VIOLATION)."""
+
+    def __init__(self, reason: str, indexes: list[int]) -> None:
+        super().__init__(reason)
+        self.code, self.reason, self.indexes = ErrorCode.policy_violation, reason, indexes
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    id: str
+    topic: str
+    principal: str
+    bucket: str
+    key: str
+    size: int
+    checksum_alg: str
+    content_type: str
+    created_ms: int
+    expires_ms: int
+    state: str = "open"
+    multipart_id: str | None = None
+    checksum: str | None = None  # once complete (or, on the gateway-held store, once received)
+    last_pointer_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Upload:
+        return cls(**json.loads(raw))
+
+    def pointer(self) -> LfsPointer:
+        assert self.checksum is not None
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created_ms / 1000))
+        return LfsPointer(self.bucket, self.key, self.size, self.checksum, self.checksum_alg, self.content_type,
+                          created)
+
+
+def _first(exc: BaseException, kind: type[LfsRefused]) -> LfsRefused | None:
+    """The first ``kind`` in ``exc`` or the exception groups it holds."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for each in exc.exceptions:
+            found = _first(each, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LfsService:
+    def __init__(self, store: AsyncStore, objects: LfsObjects, config: LfsConfig, namespace: str,
+                 metrics: Metrics, policy_of: Callable[[str], TopicPolicy | None]) -> None:
+        self._store = store
+        self.objects = objects
+        self._config = config
+        self._namespace = namespace
+        self._metrics = metrics
+        self._policy_of = policy_of  # a topic's enforced configs; None if the topic does not exist
+        self._prefix = f"{namespace}/{META_PREFIX}/lfs/"
+        self._threads = trio.CapacityLimiter(4)
+
+    def _document(self, upload_id: str) -> str:
+        return f"{self._prefix}{upload_id}.json"
+
+    async def _thread(self, function, *args):
+        return await trio.to_thread.run_sync(lambda: function(*args), limiter=self._threads)
+
+    async def _load(self, upload_id: str) -> Upload:
+        if id_time_ms(upload_id) is None:
+            raise LfsRefused(404, f"no upload session {upload_id!r}")
+        try:
+            return Upload.from_json(await self._store.get(self._document(upload_id)))
+        except ObjectNotFound:
+            raise LfsRefused(404, f"no upload session {upload_id!r} (never started, expired or cleaned up)") from None
+
+    async def _save(self, upload: Upload) -> None:
+        await self._store.put(self._document(upload.id), upload.to_json())
+
+    def lfs_policy(self, topic: str) -> LfsPolicy:
+        policy = self._policy_of(topic)
+        if policy is None:
+            raise LfsRefused(404, f"topic {topic!r} does not exist")
+        if not policy.lfs.enabled:
+            raise LfsRefused(409, f"topic {topic!r} does not have kafscale.lfs.enabled=true")
+        return policy.lfs
+
+    # -- uploads ---------------------------------------------------------------------------
+
+    async def start(self, principal: str, topic: str, size: int, content_type: str,
+                    checksum_alg: str) -> tuple[Upload, UploadPlan]:
+        lfs = self.lfs_policy(topic)
+        if not 0 <= size <= self._config.lfs_max_object_bytes:
+            raise LfsRefused(400, f"size {size} is outside [0, lfs_max_object_bytes={self._config.lfs_max_object_bytes}]")
+        if checksum_alg not in CHECKSUMS:
+            raise LfsRefused(400, f"checksum {checksum_alg!r} is not one of {', '.join(CHECKSUMS)}")
+        if lfs.bucket and not self.objects.presigned:
+            raise LfsRefused(409, "kafscale.lfs.bucket needs an S3 store; this gateway's store holds one bucket")
+        bucket = lfs.bucket or self.objects.default_bucket()
+        identifier = object_id()
+        key = self.objects.full_key(object_key(lfs.prefix or self._namespace, topic, identifier))
+        now = _now_ms()
+        expiry_s = self._config.lfs_upload_expiry_ms // 1000
+        plan = await self._thread(self.objects.plan_upload, bucket, key, size, content_type, expiry_s)
+        upload = Upload(identifier, topic, principal, bucket, key, size, checksum_alg, content_type, now,
+                        now + self._config.lfs_upload_expiry_ms, multipart_id=plan.multipart_id)
+        await self._save(upload)
+        self._metrics.lfs_upload_requests.inc()
+        return upload, plan
+
+    async def _open_session(self, upload_id: str, principal: str) -> Upload:
+        upload = await self._load(upload_id)
+        if upload.principal != principal:
+            self._metrics.lfs_validation_errors.labels("foreign_session").inc()
+            raise LfsRefused(403, f"upload session {upload_id} belongs to another principal")
+        if upload.state != "open":
+            raise LfsRefused(409, f"upload session {upload_id} is already {upload.state}")
+        if _now_ms() > upload.expires_ms:
+            self._metrics.lfs_validation_errors.labels("expired_session").inc()
+            raise LfsRefused(410, f"upload session {upload_id} expired")
+        return upload
+
+    async def receive(self, upload_id: str, principal: str, body: AsyncIterator[bytes]) -> Upload:
+        """The gateway-held store: stream the request body into the object, computing size and
+        checksum as it passes; a body of another size is refused and nothing is kept."""
+        upload = await self._open_session(upload_id, principal)
+        if self.objects.presigned:
+            raise LfsRefused(409, "this gateway's store takes uploads at the pre-signed URLs, not here")
+        checksum = new_checksum(upload.checksum_alg)
+        received = 0
+        channel_send, channel_receive = trio.open_memory_channel[bytes | None](2)
+        token = trio.lowlevel.current_trio_token()
+
+        def chunks() -> Iterator[bytes]:
+            while True:
+                chunk = trio.from_thread.run(channel_receive.receive, trio_token=token)
+                if chunk is None:
+                    return
+                yield chunk
+
+        async def feed() -> None:
+            nonlocal received
+            async with channel_send:
+                async for chunk in body:
+                    received += len(chunk)
+                    if received > upload.size:
+                        raise LfsRefused(400, f"the body is larger than the announced {upload.size} bytes")
+                    checksum.update(chunk)
+                    await channel_send.send(chunk)
+                if received != upload.size:
+                    raise LfsRefused(400, f"the body has {received} bytes, the session announced {upload.size}")
+                await channel_send.send(None)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(feed)  # closing the channel on failure ends the writer's chunks
+                await trio.to_thread.run_sync(self.objects.write, upload.bucket, upload.key, chunks(),
+                                              limiter=self._threads)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                await self._thread(self.objects.delete, upload.bucket, upload.key)
+            refusal = _first(exc, LfsRefused)
+            if refusal is not None:
+                raise refusal from None
+            raise
+        upload = replace(upload, checksum=checksum.hexdigest())
+        await self._save(upload)
+        return upload
+
+    async def complete(self, upload_id: str, principal: str, checksum: str, parts: list[Part]) -> LfsPointer:
+        """Check the object: it exists with the announced size, and on the gateway-held store
+        the checksum the client gives is the one of the bytes received. The pointer to produce."""
+        upload = await self._open_session(upload_id, principal)
+        checksum = checksum.lower()
+        try:
+            int(checksum, 16)
+        except ValueError:
+            raise LfsRefused(400, f"checksum {checksum!r} is not hex") from None
+        try:
+            await self._thread(self.objects.complete, upload.bucket, upload.key, upload.multipart_id, parts)
+        except StorageError as exc:
+            raise LfsRefused(400, f"the store refused to complete the upload: {exc}") from None
+        size = await self._thread(self.objects.size, upload.bucket, upload.key)
+        refusal = None
+        if size is None:
+            refusal = "no object was uploaded"
+        elif size != upload.size:
+            refusal = f"the object has {size} bytes, the session announced {upload.size}"
+        elif upload.checksum is not None and upload.checksum != checksum:
+            refusal = f"the {upload.checksum_alg} of the bytes received is {upload.checksum}, not {checksum}"
+        if refusal is not None:
+            self._metrics.lfs_validation_errors.labels("upload_mismatch").inc()
+            await self._thread(self.objects.abort, upload.bucket, upload.key, upload.multipart_id)
+            await self._store.delete(self._document(upload.id))
+            raise LfsRefused(422, refusal + "; the upload is discarded")
+        upload = replace(upload, state="complete", checksum=checksum)
+        await self._save(upload)
+        self._metrics.lfs_upload_bytes.inc(upload.size)
+        return upload.pointer()
+
+    # -- produce ---------------------------------------------------------------------------
+
+    async def check_produce(self, topic: str, lfs: LfsPolicy, records: bytes | memoryview) -> int:
+        """Check a produced record set of an LFS topic; returns the pointers it holds (each one's
+        session is marked claimed). Raises :class:`LfsRecordsRefused` under require_sdk for a
+        value of min_bytes or more that is not a pointer, a malformed pointer, a pointer outside
+        the topic's objects, or one to a missing object or of another size."""
+        try:
+            values = [record.value for header in split_batches(records) if not header.is_control
+                      for record in iter_records(memoryview(records)[header.position:header.position + header.size],
+                                                 header)]
+        except Exception:
+            return 0  # not a valid record set: the produce validation refuses it with the right error
+        pointers: list[tuple[int, LfsPointer]] = []
+        refused: dict[str, list[int]] = {}
+        for index, value in enumerate(values):
+            if value is not None and maybe_pointer(value):
+                try:
+                    pointers.append((index, parse_pointer(value)))
+                except InvalidPointer as exc:
+                    if lfs.require_sdk:
+                        refused.setdefault(f"malformed LFS pointer: {exc}", []).append(index)
+                continue
+            if lfs.require_sdk and value is not None and len(value) >= lfs.min_bytes:
+                refused.setdefault(f"a value of {lfs.min_bytes} bytes or more must be an LFS pointer "
+                                   "(kafscale.lfs.require_sdk)", []).append(index)
+        if lfs.require_sdk and pointers and not refused:
+            await self._check_pointers(topic, lfs, pointers, refused)
+        if refused:
+            reason, indexes = next(iter(refused.items()))
+            self._metrics.lfs_validation_errors.labels("produce").inc(sum(len(i) for i in refused.values()))
+            raise LfsRecordsRefused(reason, sorted(i for each in refused.values() for i in each))
+        for _, pointer in pointers:
+            await self._claim(topic, pointer)
+        self._metrics.lfs_pointer_records.inc(len(pointers))
+        return len(pointers)
+
+    async def _check_pointers(self, topic: str, lfs: LfsPolicy, pointers: list[tuple[int, LfsPointer]],
+                              refused: dict[str, list[int]]) -> None:
+        bucket = lfs.bucket or self.objects.default_bucket()
+        prefix = self.objects.full_key(f"{lfs.prefix or self._namespace}/{topic}/lfs/")
+        limiter = trio.CapacityLimiter(_HEADS_IN_FLIGHT)
+
+        async def check(index: int, pointer: LfsPointer) -> None:
+            if pointer.bucket != bucket or not pointer.key.startswith(prefix):
+                refused.setdefault(f"the pointer names {pointer.bucket}/{pointer.key}, not an object of topic "
+                                   f"{topic!r} ({bucket}/{prefix}...)", []).append(index)
+                return
+            async with limiter:
+                started = time.perf_counter()
+                size = await self._thread(self.objects.size, pointer.bucket, pointer.key)
+                self._metrics.lfs_head_latency.observe((time.perf_counter() - started) * 1000)
+            if size is None:
+                refused.setdefault("the pointer's object does not exist", []).append(index)
+            elif size != pointer.size:
+                refused.setdefault("the pointer's size is not its object's", []).append(index)
+
+        async with trio.open_nursery() as nursery:
+            for index, pointer in pointers:
+                nursery.start_soon(check, index, pointer)
+
+    async def _claim(self, topic: str, pointer: LfsPointer) -> None:
+        """A pointer names this object now: keep it (the clean-up reads last_pointer_ms)."""
+        identifier = pointer.object_id
+        if id_time_ms(identifier) is None:
+            return
+        try:
+            upload = Upload.from_json(await self._store.get(self._document(identifier)))
+        except ObjectNotFound:
+            return  # not uploaded through a gateway, or already cleaned up: nothing to keep
+        if upload.topic != topic or upload.key != pointer.key or upload.state == "open":
+            return
+        await self._save(replace(upload, state="claimed", last_pointer_ms=_now_ms()))
+
+    # -- downloads -------------------------------------------------------------------------
+
+    @staticmethod
+    def topic_of(key: str) -> str | None:
+        """The topic an LFS object key belongs to (``.../{topic}/lfs/yyyy/mm/dd/{id}``)."""
+        parts = key.split("/")
+        return parts[-6] if len(parts) >= 6 and parts[-5] == "lfs" else None
+
+    async def download_url(self, bucket: str, key: str) -> str | None:
+        return await self._thread(self.objects.download_url, bucket, key, self._config.lfs_upload_expiry_ms // 1000)
+
+    async def size(self, bucket: str, key: str) -> int | None:
+        return await self._thread(self.objects.size, bucket, key)
+
+    async def read_chunk(self, chunks: Iterator[bytes]) -> bytes | None:
+        return await self._thread(next, chunks, None)
+
+    # -- clean-up --------------------------------------------------------------------------
+
+    async def sweep(self) -> dict[str, int]:
+        """One pass of the clean-up: what it deleted, by reason."""
+        deleted: dict[str, int] = {}
+        now = _now_ms()
+        for info in await self._store.list(self._prefix):
+            try:
+                upload = Upload.from_json(await self._store.get(info.key))
+            except ObjectNotFound:
+                continue
+            except (ValueError, TypeError) as exc:
+                log.error("LFS upload document %s is unreadable (left alone): %s", info.key, exc)
+                continue
+            reason = self._why_delete(upload, now)
+            if reason is None:
+                continue
+            try:
+                await self._thread(self.objects.abort, upload.bucket, upload.key, upload.multipart_id)
+                await self._store.delete(info.key)
+            except StorageError as exc:
+                log.warning("deleting LFS object %s/%s failed (retried next pass): %s", upload.bucket, upload.key, exc)
+                continue
+            log.info("deleted LFS object %s/%s of topic %s: %s", upload.bucket, upload.key, upload.topic, reason)
+            self._metrics.lfs_objects_deleted.labels(reason).inc()
+            deleted[reason] = deleted.get(reason, 0) + 1
+        return deleted
+
+    def _why_delete(self, upload: Upload, now: int) -> str | None:
+        policy = self._policy_of(upload.topic)
+        if policy is None:
+            return "topic_deleted"
+        if upload.state == "open":
+            return "upload_expired" if now > upload.expires_ms else None
+        if upload.state == "complete":
+            return "orphan" if now > upload.created_ms + self._config.lfs_orphan_ms else None
+        if policy.delete and not policy.compact and policy.retention_ms >= 0 \
+                and now > upload.last_pointer_ms + policy.retention_ms:
+            return "past_retention"
+        return None
+
+    async def run_sweeps(self, leads: Callable[[], bool]) -> None:
+        """Sweep every ``lfs_sweep_interval_ms`` while ``leads()`` (one gateway of a cluster)."""
+        while True:
+            await trio.sleep(self._config.lfs_sweep_interval_ms / 1000)
+            if not leads():
+                continue
+            try:
+                await self.sweep()
+            except StorageError as exc:
+                log.warning("LFS clean-up pass failed (retried): %s", exc)

@@ -1,0 +1,299 @@
+"""Large File Support end to end: real gateways (filesystem, moto, SeaweedFS), the SDK, and
+confluent-kafka as the ordinary client that produces and consumes the pointers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from kafscale.lfs_sdk import LfsClient, LfsError, is_pointer
+from kafscale.protocol.lfs import LfsPointer, parse_pointer
+from tests.support.gateway_process import GatewayProcess
+
+MIB = 1 << 20
+
+
+def _create_topic(bootstrap: str, topic: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    settings = {"kafscale.lfs.enabled": "true", "kafscale.lfs.min_bytes": str(MIB), **configs}
+    for future in admin.create_topics([NewTopic(topic, 1, 1, config=settings)]).values():
+        future.result(30)
+
+
+def _produce(bootstrap: str, topic: str, value: bytes, key: bytes = b"k") -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 64 * MIB,
+                         "enable.idempotence": False, "retries": 0})
+    failures: list = []
+    producer.produce(topic, key=key, value=value, on_delivery=lambda err, msg: failures.append(err) if err else None)
+    assert producer.flush(60) == 0
+    if failures:
+        raise KafkaException(failures[0])
+
+
+def _consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lfs-{topic}-{time.monotonic()}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            values.append(message.value())
+    consumer.close()
+    return values
+
+
+def _write_file(path, size: int) -> str:
+    """A file of ``size`` pseudo-random bytes (1 MiB blocks, each different); its sha256."""
+    digest = hashlib.sha256()
+    seed = os.urandom(MIB)
+    with open(path, "wb") as file:
+        for index in range(-(-size // MIB)):
+            block = (index.to_bytes(8, "big") + seed[8:])[: min(MIB, size - index * MIB)]
+            digest.update(block)
+            file.write(block)
+    return digest.hexdigest()
+
+
+def _peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.fixture(params=["filesystem", "moto", "seaweedfs"])
+def lfs_gateway(request, tmp_path):
+    args: list[str] = ["--lfs-part-bytes", str(16 * MIB)]
+    if request.param == "moto":
+        server = request.getfixturevalue("moto_server")
+        args += ["--storage", server.location(), *server.gateway_args()]
+    elif request.param == "seaweedfs":
+        server = request.getfixturevalue("seaweed_server")
+        args += ["--storage", server.location(), *server.gateway_args()]
+    gateway = GatewayProcess(tmp_path / "data", *args).start()
+    gateway.backend = request.param
+    yield gateway
+    gateway.stop()
+
+
+def test_a_1_gib_file_goes_through_the_sdk_and_comes_back_verified(lfs_gateway, tmp_path):
+    """1 GiB uploaded with the SDK, its pointer produced and consumed with confluent-kafka,
+    resolved by the SDK with the checksum matching; on S3 the bytes never pass through the
+    gateway, whose peak memory stays where it was."""
+    gateway = lfs_gateway
+    _create_topic(gateway.bootstrap, "films", **{"kafscale.lfs.require_sdk": "true"})
+    source = tmp_path / "film.bin"
+    expected = _write_file(source, 1 << 30)
+    client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+    rss_before = _peak_rss_mib(gateway.process.pid)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    client.produce("films", source, lambda value: producer.produce("films", key=b"film", value=value))
+    assert producer.flush(30) == 0
+    (value,) = _consume(gateway.bootstrap, "films", 1)
+    assert is_pointer(value)
+    pointer = parse_pointer(value)
+    assert pointer.size == 1 << 30 and pointer.checksum == expected and pointer.checksum_alg == "sha256"
+    assert pointer.key.split("/")[-6:-4] == ["films", "lfs"]
+    digest = hashlib.sha256()
+    with client.open(value) as stream:
+        for chunk in iter(lambda: stream.read(8 * MIB), b""):
+            digest.update(chunk)
+    assert digest.hexdigest() == expected
+    growth = _peak_rss_mib(gateway.process.pid) - rss_before
+    # The gateway-held store streams through bounded buffers; on S3 nothing passes through.
+    assert growth < (150 if gateway.backend == "filesystem" else 40), f"peak RSS grew {growth:.0f} MiB"
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
+    assert "kafscale_lfs_upload_bytes_total 1.073741824e+09" in metrics
+    assert "kafscale_lfs_pointer_records_total 1.0" in metrics
+
+
+@pytest.mark.parametrize("checksum", ["crc32c", "md5"])
+def test_cheaper_checksums_are_selectable(tmp_path, checksum):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        _create_topic(gateway.bootstrap, "docs")
+        client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+        data = os.urandom(3 * MIB)
+        pointer = client.upload("docs", data, checksum=checksum, content_type="application/xml")
+        assert pointer.checksum_alg == checksum and pointer.content_type == "application/xml"
+        document = json.loads(pointer.encode())
+        assert document["kfs_lfs"] == 1 and document["checksum_alg"] == checksum and "sha256" not in document
+        _produce(gateway.bootstrap, "docs", pointer.encode())
+        assert client.read(pointer.encode()) == data
+    finally:
+        gateway.stop()
+
+
+def test_small_values_go_as_they_are(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        _create_topic(gateway.bootstrap, "mixed")
+        client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+        sent: list[bytes] = []
+        client.produce("mixed", b"small", sent.append)
+        assert sent == [b"small"]
+        assert client.open(b"small") is None
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture
+def strict_gateway(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data", "--max-message-bytes", str(8 * MIB)).start()
+    _create_topic(gateway.bootstrap, "strict", **{"kafscale.lfs.require_sdk": "true"})
+    _create_topic(gateway.bootstrap, "other", **{"kafscale.lfs.require_sdk": "true"})
+    yield gateway
+    gateway.stop()
+
+
+def _refused(gateway: GatewayProcess, value: bytes, topic: str = "strict") -> str:
+    with pytest.raises(KafkaException) as info:
+        _produce(gateway.bootstrap, topic, value)
+    error = info.value.args[0]
+    assert error.code() == 44, error  # POLICY_VIOLATION
+    return error.str()
+
+
+def test_require_sdk_refuses_what_is_not_a_valid_pointer(strict_gateway):
+    gateway = strict_gateway
+    client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+    good = client.upload("strict", os.urandom(2 * MIB))
+    _refused(gateway, b"x" * (2 * MIB))  # a raw value over min_bytes
+    _refused(gateway, b'{"kfs_lfs": 1, "bucket": "local"}')  # malformed: no key, size, checksum
+    _refused(gateway, b'{"kfs_lfs": 2, "bucket": "b", "key": "k", "size": 1, "sha256": "00"}')  # unknown version
+    missing = LfsPointer(good.bucket, good.key.rsplit("/", 1)[0] + "/01890000-0000-7000-8000-000000000000",
+                         5, good.checksum)
+    _refused(gateway, missing.encode())
+    wrong_size = LfsPointer(good.bucket, good.key, good.size + 1, good.checksum)
+    _refused(gateway, wrong_size.encode())
+    _refused(gateway, good.encode(), topic="other")  # another topic's object
+    assert _consume(gateway.bootstrap, "strict", 1) == []  # nothing refused was stored
+    _produce(gateway.bootstrap, "strict", good.encode())
+    _produce(gateway.bootstrap, "strict", b"a small raw value")  # below min_bytes: allowed
+    assert _consume(gateway.bootstrap, "strict", 2) == [good.encode(), b"a small raw value"]
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
+    assert 'kafscale_lfs_validation_errors_total{reason="produce"} 6.0' in metrics
+    assert "kafscale_lfs_head_latency_ms_count 3.0" in metrics  # missing, wrong size, the good one
+
+
+def _post(gateway: GatewayProcess, path: str, document: dict, auth: tuple[str, str] | None = None) -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{gateway.http_port}{path}", json=document, auth=auth, timeout=30)
+
+
+def test_upload_sessions_refuse_what_does_not_match(strict_gateway):
+    gateway = strict_gateway
+    base = f"http://127.0.0.1:{gateway.http_port}"
+    assert _post(gateway, "/lfs/uploads", {"topic": "nope", "size": 5}).status_code == 404
+    assert _post(gateway, "/lfs/uploads", {"topic": "strict", "size": -1}).status_code == 400
+    assert _post(gateway, "/lfs/uploads", {"topic": "strict", "size": 5, "checksum": "sha1"}).status_code == 400
+    assert _post(gateway, "/lfs/uploads", {"topic": "strict"}).status_code == 400
+    assert httpx.post(f"{base}/lfs/uploads", content=b"{not json", timeout=10).status_code == 400
+    session = _post(gateway, "/lfs/uploads", {"topic": "strict", "size": 5}).json()
+    upload = f"{base}{session['urls'][0]}"
+    assert httpx.put(upload, content=b"123456", timeout=10).status_code == 400  # more than announced
+    session = _post(gateway, "/lfs/uploads", {"topic": "strict", "size": 5}).json()
+    assert httpx.put(f"{base}{session['urls'][0]}", content=b"12345", timeout=10).status_code == 200
+    wrong = _post(gateway, f"/lfs/uploads/{session['id']}/complete", {"checksum": "00" * 32})
+    assert wrong.status_code == 422 and "discarded" in wrong.text
+    assert _post(gateway, f"/lfs/uploads/{session['id']}/complete", {"checksum": "00"}).status_code == 404
+    assert _post(gateway, "/lfs/uploads/not-an-id/complete", {"checksum": "00"}).status_code == 404
+    # Objects are only under the data directory's LFS prefix: nothing refused was kept.
+    kept = [p for p in (gateway.data_dir).rglob("*") if "/lfs/" in str(p) and p.is_file() and "~meta" not in str(p)]
+    assert kept == []
+
+
+def test_an_expired_session_is_refused(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data", "--lfs-upload-expiry-ms", "1000").start()
+    try:
+        _create_topic(gateway.bootstrap, "slow")
+        session = _post(gateway, "/lfs/uploads", {"topic": "slow", "size": 3}).json()
+        time.sleep(1.2)
+        late = httpx.put(f"http://127.0.0.1:{gateway.http_port}{session['urls'][0]}", content=b"abc", timeout=10)
+        assert late.status_code == 410 and "expired" in late.text
+    finally:
+        gateway.stop()
+
+
+def test_orphans_are_deleted_and_nothing_a_pointer_names(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data", "--lfs-upload-expiry-ms", "1000", "--lfs-orphan-ms", "1500",
+                             "--lfs-sweep-interval-ms", "200").start()
+    try:
+        _create_topic(gateway.bootstrap, "kept")
+        _create_topic(gateway.bootstrap, "dropped")
+        client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+        named = client.upload("kept", b"named by a pointer")
+        _produce(gateway.bootstrap, "kept", named.encode())
+        orphan = client.upload("kept", b"the producer died before producing")
+        abandoned = _post(gateway, "/lfs/uploads", {"topic": "kept", "size": 10}).json()  # never sent
+        of_deleted_topic = client.upload("dropped", b"its topic goes")
+        _produce(gateway.bootstrap, "dropped", of_deleted_topic.encode())
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.delete_topics(["dropped"])["dropped"].result(30)
+
+        def exists(key: str) -> bool:
+            return (gateway.data_dir / key).exists()
+
+        assert exists(named.key) and exists(orphan.key)  # the deleted topic's objects may be gone already
+        deadline = time.monotonic() + 15
+        while (exists(orphan.key) or exists(of_deleted_topic.key)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not exists(orphan.key) and not exists(of_deleted_topic.key) and not exists(abandoned["key"])
+        time.sleep(1)  # more passes: the named object stays
+        assert exists(named.key)
+        assert client.read(named.encode()) == b"named by a pointer"
+    finally:
+        gateway.stop()
+
+
+def test_topic_configs_through_the_admin_api(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("plain", 1, 1)])["plain"].result(30)
+        resource = ConfigResource("topic", "plain")
+        described = admin.describe_configs([resource])[resource].result(30)
+        assert described["kafscale.lfs.enabled"].value == "false"
+        assert described["kafscale.lfs.min_bytes"].value == str(8 * MIB)
+        assert _post(gateway, "/lfs/uploads", {"topic": "plain", "size": 5}).status_code == 409
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+        entry = ConfigEntry("kafscale.lfs.enabled", "true", incremental_operation=AlterConfigOpType.SET)
+        admin.incremental_alter_configs([ConfigResource("topic", "plain", incremental_configs=[entry])])[
+            resource].result(30)
+        described = admin.describe_configs([resource])[resource].result(30)
+        assert described["kafscale.lfs.enabled"].value == "true"
+        assert _post(gateway, "/lfs/uploads", {"topic": "plain", "size": 5}).status_code == 201
+        bad = ConfigEntry("kafscale.lfs.min_bytes", "lots", incremental_operation=AlterConfigOpType.SET)
+        with pytest.raises(KafkaException):
+            admin.incremental_alter_configs([ConfigResource("topic", "plain", incremental_configs=[bad])])[
+                resource].result(30)
+    finally:
+        gateway.stop()
+
+
+def test_unknown_lfs_routes_and_bad_heads(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        base = f"http://127.0.0.1:{gateway.http_port}"
+        assert httpx.get(f"{base}/lfs/nothing", timeout=10).status_code == 404
+        assert httpx.get(f"{base}/lfs/objects", params={"bucket": "local", "key": "x"}, timeout=10).status_code == 404
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", method="POST"))
+        assert info.value.code == 405
+        assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
+        with pytest.raises(LfsError):
+            LfsClient(base).upload("missing-topic", b"x")
+    finally:
+        gateway.stop()
