@@ -20,6 +20,20 @@ from kafscale.protocol.lfs import LfsPointer, parse_pointer
 from tests.support.gateway_process import GatewayProcess
 
 MIB = 1 << 20
+_OPEN: list[LfsClient] = []
+
+
+def _client(gateway: GatewayProcess) -> LfsClient:
+    client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+    _OPEN.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 def _create_topic(bootstrap: str, topic: str, **configs: str) -> None:
@@ -96,7 +110,7 @@ def test_a_1_gib_file_goes_through_the_sdk_and_comes_back_verified(lfs_gateway, 
     _create_topic(gateway.bootstrap, "films", **{"kafscale.lfs.require_sdk": "true"})
     source = tmp_path / "film.bin"
     expected = _write_file(source, 1 << 30)
-    client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+    client = _client(gateway)
     rss_before = _peak_rss_mib(gateway.process.pid)
     producer = Producer({"bootstrap.servers": gateway.bootstrap})
     client.produce("films", source, lambda value: producer.produce("films", key=b"film", value=value))
@@ -124,7 +138,7 @@ def test_cheaper_checksums_are_selectable(tmp_path, checksum):
     gateway = GatewayProcess(tmp_path / "data").start()
     try:
         _create_topic(gateway.bootstrap, "docs")
-        client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+        client = _client(gateway)
         data = os.urandom(3 * MIB)
         pointer = client.upload("docs", data, checksum=checksum, content_type="application/xml")
         assert pointer.checksum_alg == checksum and pointer.content_type == "application/xml"
@@ -140,7 +154,7 @@ def test_small_values_go_as_they_are(tmp_path):
     gateway = GatewayProcess(tmp_path / "data").start()
     try:
         _create_topic(gateway.bootstrap, "mixed")
-        client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+        client = _client(gateway)
         sent: list[bytes] = []
         client.produce("mixed", b"small", sent.append)
         assert sent == [b"small"]
@@ -168,7 +182,7 @@ def _refused(gateway: GatewayProcess, value: bytes, topic: str = "strict") -> st
 
 def test_require_sdk_refuses_what_is_not_a_valid_pointer(strict_gateway):
     gateway = strict_gateway
-    client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+    client = _client(gateway)
     good = client.upload("strict", os.urandom(2 * MIB))
     _refused(gateway, b"x" * (2 * MIB))  # a raw value over min_bytes
     _refused(gateway, b'{"kfs_lfs": 1, "bucket": "local"}')  # malformed: no key, size, checksum
@@ -232,7 +246,7 @@ def test_orphans_are_deleted_and_nothing_a_pointer_names(tmp_path):
     try:
         _create_topic(gateway.bootstrap, "kept")
         _create_topic(gateway.bootstrap, "dropped")
-        client = LfsClient(f"http://127.0.0.1:{gateway.http_port}")
+        client = _client(gateway)
         named = client.upload("kept", b"named by a pointer")
         _produce(gateway.bootstrap, "kept", named.encode())
         orphan = client.upload("kept", b"the producer died before producing")
@@ -294,6 +308,6 @@ def test_unknown_lfs_routes_and_bad_heads(tmp_path):
         assert info.value.code == 405
         assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
         with pytest.raises(LfsError):
-            LfsClient(base).upload("missing-topic", b"x")
+            _client(gateway).upload("missing-topic", b"x")
     finally:
         gateway.stop()
