@@ -15,10 +15,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from .options import OptionError, ReadOptions, parse_options
 from .planning import plan
 from .pushdown import NO_BOUNDS, push
-from .rows import HEADERS_DDL, SPARK_SCHEMA, read_range
 from .sink import KafscaleBatchWriter, KafscaleStreamWriter, check_columns
 from .streaming import KafscaleStreamReader
-from .tasks import KafscaleInputPartition, open_location
+from .tasks import KafscaleInputPartition, open_location, read_rows, spark_schema
 from .write_options import WriteOptions, parse_write_options
 
 __all__ = ["KafscaleDataSource", "register"]
@@ -36,8 +35,7 @@ class KafscaleBatchReader(DataSourceReader):
     def read(self, partition: InputPartition):
         if not isinstance(partition, KafscaleInputPartition):
             return  # nothing planned: Spark still runs one default partition
-        store = open_location(partition.options)
-        yield from read_range(store, partition.range, partition.options.include_headers)
+        yield from read_rows(open_location(partition.options), partition)
 
 
 class KafscalePushdownReader(KafscaleBatchReader):
@@ -69,7 +67,7 @@ class KafscaleDataSource(DataSource):
         return options
 
     def schema(self) -> str:
-        return SPARK_SCHEMA + (HEADERS_DDL if self._read_options().include_headers else "")
+        return spark_schema(self._read_options())
 
     def reader(self, schema) -> DataSourceReader:
         options = self._read_options()

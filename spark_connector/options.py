@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafscale.storage_backends import S3Options
+
 from .client_settings import CLIENT_OPTIONS, ClientSettings, parse_client_settings
 from .errors import OptionError
 
@@ -26,7 +28,7 @@ _KNOWN = {
     "s3.pathstyle", "s3.allowhttp", "maxoffsetspertrigger", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "minpartitions", "maxrecordsperpartition",
     "minoffsetspertrigger", "maxtriggerdelay", "kafka.isolation.level", "startingoffsetsbytimestampstrategy",
-    "pushfilters", "progressgroup",
+    "pushfilters", "progressgroup", "lfs.resolve", "lfs.maxbytes",
 } | CLIENT_OPTIONS
 
 
@@ -64,6 +66,18 @@ class ReadOptions:
     progress_group: str | None = None
     client: ClientSettings | None = None
     s3: dict[str, str] = field(default_factory=dict)
+    # lfs.resolve: LFS pointer records as stored ("none"), replaced by their objects' bytes
+    # ("bytes", each checked, at most lfs.maxBytes), or with a column lfs_uri naming them ("uri").
+    lfs_resolve: str = "none"
+    lfs_max_bytes: int = 128 << 20
+
+    def s3_options(self) -> S3Options:
+        s3 = self.s3
+        return S3Options(
+            endpoint=s3.get("endpoint"), region=s3.get("region"), access_key_id=s3.get("accesskeyid"),
+            secret_access_key=s3.get("secretaccesskey"), path_style=s3.get("pathstyle", "false").lower() == "true",
+            allow_http=s3.get("allowhttp", "false").lower() == "true",
+        )
 
     def topic_matches(self, topic: str) -> bool:
         if self.subscribe:
@@ -242,4 +256,13 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         progress_group=progress_group,
         client=client,
         s3=s3,
+        lfs_resolve=_lfs_mode(lowered.get("lfs.resolve", "none")),
+        lfs_max_bytes=_positive("lfs.maxBytes", lowered.get("lfs.maxbytes")) or 128 << 20,
     )
+
+
+def _lfs_mode(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in ("none", "bytes", "uri"):
+        raise OptionError(f"option lfs.resolve must be none, bytes or uri, got {value!r}")
+    return mode

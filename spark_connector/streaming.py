@@ -28,9 +28,8 @@ from kafscale.kafka_client.groups import commit_offsets
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import partition_range, read_catalog, starting_at_timestamp
-from .rows import read_range
 from .stored_log import DataLossError, LogEntries, readable, snapshot
-from .tasks import KafscaleInputPartition
+from .tasks import KafscaleInputPartition, read_rows
 
 __all__ = ["KafscaleStreamReader"]
 
@@ -156,7 +155,7 @@ class KafscaleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition):
-        yield from read_range(self._open(partition.options), partition.range, partition.options.include_headers)
+        yield from read_rows(self._open(partition.options), partition)
 
     def commit(self, end: Offsets) -> None:
         """Segments are immutable and read in place: nothing to release."""

@@ -3,25 +3,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from kafscale.storage_backends import ObjectStore, S3Options, open_store
+from kafscale.storage_backends import ObjectStore, open_store
 
+from .lfs_resolution import LFS_URI_DDL, resolve_pointers
 from .options import ReadOptions
 from .planning import PartitionRange
+from .rows import HEADERS_DDL, SPARK_SCHEMA, read_range
 
-__all__ = ["KafscaleInputPartition", "open_location"]
+__all__ = ["KafscaleInputPartition", "open_location", "read_rows", "spark_schema"]
 
 
 def open_location(options: ReadOptions) -> ObjectStore:
-    s3 = options.s3
-    return open_store(options.path, fsync=False, s3=S3Options(
-        endpoint=s3.get("endpoint"), region=s3.get("region"), access_key_id=s3.get("accesskeyid"),
-        secret_access_key=s3.get("secretaccesskey"), path_style=s3.get("pathstyle", "false").lower() == "true",
-        allow_http=s3.get("allowhttp", "false").lower() == "true",
-    ))
+    return open_store(options.path, fsync=False, s3=options.s3_options())
+
+
+def read_rows(store: ObjectStore, partition: KafscaleInputPartition) -> Iterator[pa.RecordBatch]:
+    """One task's rows: its range decoded, LFS pointers resolved as the options ask."""
+    options = partition.options
+    return resolve_pointers(read_range(store, partition.range, options.include_headers), options, store)
+
+
+def spark_schema(options: ReadOptions) -> str:
+    return SPARK_SCHEMA + (HEADERS_DDL if options.include_headers else "") + (
+        LFS_URI_DDL if options.lfs_resolve == "uri" else "")
 
 
 @dataclass
