@@ -32,7 +32,7 @@ fi
 (cd tests/clients/node && npm ci --no-audit --no-fund --silent)
 
 "$VENV/bin/ruff" check .
-"$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client spark_connector
+"$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client lfs_sdk spark_connector
 
 # The log is kept so that a failure's summary can be repeated last: CI shows only the tail.
 log="$(mktemp -t kafscale-pytest.XXXXXX)"

@@ -1,7 +1,8 @@
 """The dependency rules of the layout, checked on every import statement.
 
 protocol/ is sans-io and imports nothing of ours but itself; storage_backends/
-never imports the gateway; spark_connector/ never imports the gateway.
+never imports the gateway; spark_connector/ never imports the gateway; kafka_client/ and
+lfs_sdk/ (which run in users' processes) import only protocol/.
 (import-linter cannot see packages mapped with setuptools' package-dir in an
 editable install, so the rule is checked here from the source.)
 """
@@ -19,6 +20,8 @@ FORBIDDEN = {
     "storage_backends": ("kafscale.gateway", "kafscale.spark_connector"),
     "spark_connector": ("kafscale.gateway",),
     "kafka_client": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector"),
+    # The LFS SDK runs in users' producers and consumers: the pointer format and HTTP only.
+    "lfs_sdk": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector", "kafscale.kafka_client"),
 }
 
 

@@ -1,0 +1,57 @@
+"""The LFS endpoint on a gateway with SASL listeners and ACLs: credentials required, principals
+authorized as their Kafka requests are, sessions owned by the principal that started them."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourcePatternType, ResourceType
+
+from kafscale.lfs_sdk import LfsClient, LfsError
+from tests.security.conftest import ADMIN, ADMIN_PASSWORD
+from tests.security.test_acls_and_tls import _allow, _create_user
+
+
+@pytest.fixture(scope="module")
+def lfs_topic(secure_gateway):
+    admin = AdminClient(secure_gateway.sasl_config())
+    admin.create_topics([NewTopic("lfs-docs", 1, config={"kafscale.lfs.enabled": "true"})])["lfs-docs"].result(10)
+    _create_user(secure_gateway, "writer", "writer-pw")
+    _create_user(secure_gateway, "stranger", "stranger-pw")
+    bindings = [_allow("User:writer", ResourceType.TOPIC, "lfs-docs", operation, ResourcePatternType.LITERAL)
+                for operation in (AclOperation.WRITE, AclOperation.READ)]
+    for future in admin.create_acls(bindings).values():
+        future.result(10)
+    return f"http://127.0.0.1:{secure_gateway.process.http_port}"
+
+
+def test_credentials_are_required_and_checked(lfs_topic):
+    assert httpx.post(f"{lfs_topic}/lfs/uploads", json={"topic": "lfs-docs", "size": 3}).status_code == 401
+    wrong = httpx.post(f"{lfs_topic}/lfs/uploads", json={"topic": "lfs-docs", "size": 3}, auth=("writer", "nope"))
+    assert wrong.status_code == 401
+
+
+def test_an_unauthorized_principal_is_refused_and_nothing_is_stored(lfs_topic, secure_gateway):
+    refused = httpx.post(f"{lfs_topic}/lfs/uploads", json={"topic": "lfs-docs", "size": 3},
+                         auth=("stranger", "stranger-pw"))
+    assert refused.status_code == 403 and "WRITE" in refused.text
+    stored = [p for p in secure_gateway.process.data_dir.rglob("*") if "/lfs-docs/lfs/" in str(p) and p.is_file()]
+    assert stored == []
+
+
+def test_a_session_belongs_to_its_principal(lfs_topic):
+    session = httpx.post(f"{lfs_topic}/lfs/uploads", json={"topic": "lfs-docs", "size": 3},
+                         auth=("writer", "writer-pw")).json()
+    # The super user may write the topic, but the session is not its own.
+    foreign = httpx.put(f"{lfs_topic}{session['urls'][0]}", content=b"abc", auth=(ADMIN, ADMIN_PASSWORD))
+    assert foreign.status_code == 403 and "another principal" in foreign.text
+    assert httpx.put(f"{lfs_topic}{session['urls'][0]}", content=b"abc", auth=("writer", "writer-pw")).status_code == 200
+
+
+def test_the_sdk_with_credentials_uploads_and_reads_back(lfs_topic):
+    with LfsClient(lfs_topic, username="writer", password="writer-pw") as client:
+        pointer = client.upload("lfs-docs", b"<idoc>...</idoc>", content_type="application/xml")
+        assert client.read(pointer.encode()) == b"<idoc>...</idoc>"
+    with LfsClient(lfs_topic, username="stranger", password="stranger-pw") as stranger:
+        with pytest.raises(LfsError, match="403"):
+            stranger.read(pointer.encode())
