@@ -11,6 +11,7 @@ from . import (
     cluster_bench,
     group_bench,
     latency_bench,
+    lfs_bench,
     limits_bench,
     objects_bench,
     protocol_bench,
@@ -35,6 +36,7 @@ SECTIONS = {
     "security": security_bench.run,
     "cleaner": cleaner_bench.run,
     "transactions": transactions_bench.run,
+    "lfs": lfs_bench.run,
 }
 
 
