@@ -12,12 +12,13 @@ import urllib.request
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kafscale.lfs_sdk import LfsClient, LfsError, is_pointer
 from kafscale.protocol.lfs import LfsPointer, parse_pointer
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kafka_reading import read_to_end
 
 MIB = 1 << 20
 _OPEN: list[LfsClient] = []
@@ -53,18 +54,8 @@ def _produce(bootstrap: str, topic: str, value: bytes, key: bytes = b"k") -> Non
         raise KafkaException(failures[0])
 
 
-def _consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lfs-{topic}-{time.monotonic()}",
-                         "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(values) < count and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and not message.error():
-            values.append(message.value())
-    consumer.close()
-    return values
+def _consume(bootstrap: str, topic: str) -> list[bytes]:
+    return [message.value() for message in read_to_end(bootstrap, topic, 1)]
 
 
 def _write_file(path, size: int) -> str:
@@ -115,7 +106,7 @@ def test_a_1_gib_file_goes_through_the_sdk_and_comes_back_verified(lfs_gateway, 
     producer = Producer({"bootstrap.servers": gateway.bootstrap})
     client.produce("films", source, lambda value: producer.produce("films", key=b"film", value=value))
     assert producer.flush(30) == 0
-    (value,) = _consume(gateway.bootstrap, "films", 1)
+    (value,) = _consume(gateway.bootstrap, "films")
     assert is_pointer(value)
     pointer = parse_pointer(value)
     assert pointer.size == 1 << 30 and pointer.checksum == expected and pointer.checksum_alg == "sha256"
@@ -193,10 +184,10 @@ def test_require_sdk_refuses_what_is_not_a_valid_pointer(strict_gateway):
     wrong_size = LfsPointer(good.bucket, good.key, good.size + 1, good.checksum)
     _refused(gateway, wrong_size.encode())
     _refused(gateway, good.encode(), topic="other")  # another topic's object
-    assert _consume(gateway.bootstrap, "strict", 1) == []  # nothing refused was stored
+    assert _consume(gateway.bootstrap, "strict") == []  # nothing refused was stored
     _produce(gateway.bootstrap, "strict", good.encode())
     _produce(gateway.bootstrap, "strict", b"a small raw value")  # below min_bytes: allowed
-    assert _consume(gateway.bootstrap, "strict", 2) == [good.encode(), b"a small raw value"]
+    assert _consume(gateway.bootstrap, "strict") == [good.encode(), b"a small raw value"]
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
     assert 'kafscale_lfs_validation_errors_total{reason="produce"} 6.0' in metrics
     assert "kafscale_lfs_head_latency_ms_count 3.0" in metrics  # missing, wrong size, the good one

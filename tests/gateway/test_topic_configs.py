@@ -97,15 +97,25 @@ async def _create(client, name, configs):
     return body.topics[0].error_code, body.topics[0].error_message
 
 
+# Kafscale's own (Large File Support, docs/lfs.md), set and described like Kafka's.
+_KAFSCALE_TOPIC_CONFIGS = {
+    "kafscale.lfs.enabled": "true", "kafscale.lfs.min_bytes": "1048576", "kafscale.lfs.bucket": "media",
+    "kafscale.lfs.prefix": "lfs-objects", "kafscale.lfs.require_sdk": "true",
+}
+
+
 async def test_every_kafka_topic_config_is_accepted_and_reported(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)
-    assert await _create(client, "all", _KAFKA_39_TOPIC_CONFIGS) == (ErrorCode.none, None)
+    every = {**_KAFKA_39_TOPIC_CONFIGS, **_KAFSCALE_TOPIC_CONFIGS}
+    assert await _create(client, "all", every) == (ErrorCode.none, None)
     described = await _describe(client, "all")
-    assert {name: value for name, (value, _) in described.items()} == _KAFKA_39_TOPIC_CONFIGS
+    assert {name: value for name, (value, _) in described.items()} == every
     assert {source for _, source in described.values()} == {TOPIC_CONFIG}
     policy = running.context.logs.policy(running.context.logs.topics()["all"])
     assert policy.compact and policy.delete and policy.log_append_time and policy.compression == "zstd"
+    assert (policy.lfs.enabled, policy.lfs.min_bytes, policy.lfs.bucket, policy.lfs.prefix, policy.lfs.require_sdk) \
+        == (True, 1 << 20, "media", "lfs-objects", True)
 
 
 @pytest.mark.parametrize("name, value", [
@@ -113,6 +123,7 @@ async def test_every_kafka_topic_config_is_accepted_and_reported(nursery):
     ("min.cleanable.dirty.ratio", "1.5"), ("message.timestamp.type", "BrokerTime"), ("preallocate", "yes"),
     ("segment.bytes", "13"), ("max.message.bytes", "2147483648"), ("retention.ms", "-2"),
     ("leader.replication.throttled.replicas", "0-1"), ("delete.retention.ms", "soon"), ("no.such.config", "1"),
+    ("kafscale.lfs.enabled", "yes"), ("kafscale.lfs.min_bytes", "-1"), ("kafscale.lfs.prefix", "/abs/"),
 ])
 async def test_invalid_topic_configs_are_refused_as_kafka_refuses_them(nursery, name, value):
     running, _ = await start_gateway(nursery)
