@@ -117,7 +117,9 @@ def measure(broker: Broker, counter) -> dict:
 
 def run() -> None:
     rows = []
-    command = [sys.executable, "-m", "kafscale.gateway.cli"]
+    # Raw 100 MiB values need frames and in-flight memory above the defaults (100 MiB, 256 MiB).
+    command = [sys.executable, "-m", "kafscale.gateway.cli", "--max-frame-bytes", str(256 * MIB),
+               "--max-inflight-bytes", str(1024 * MIB)]
     name = f"kafscale {report.commit()}"
     with tempfile.TemporaryDirectory() as tmp:
         for store, result in on_each_store(Path(tmp), "lfs", name, command, measure):
