@@ -71,6 +71,8 @@ class NetworkConfig:
     advertised_port: int = _opt(0, "port clients are told to connect to (default: --port)", minimum=0)
     http_host: str = _opt("127.0.0.1", "address of the /metrics, /healthz, /readyz listener")
     http_port: int = _opt(9094, "port of the HTTP listener (0 picks a free one, -1 disables it)", minimum=-1)
+    http_idle_timeout_ms: int = _opt(60_000, "an HTTP client that sends no body bytes, or reads none of the answer, "
+                                     "this long is dropped", minimum=100)
     listeners: str = _opt(
         "", "Kafka listeners, NAME://host:port comma-separated (NAME a security protocol: PLAINTEXT, SSL, "
         "SASL_PLAINTEXT, SASL_SSL, or mapped to one by listener_security_protocol_map); empty: "

@@ -74,7 +74,7 @@ async def _route(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None
 
 
 async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer_host: str, tls: bool) -> None:
-    exchange = HttpExchange(stream, peer_host)
+    exchange = HttpExchange(stream, peer_host, ctx.config.network.http_idle_timeout_ms / 1000)
     try:
         # The head must come within 10 s; a body (an LFS upload) may take as long as it keeps coming.
         with trio.move_on_after(_HEAD_TIMEOUT_S):

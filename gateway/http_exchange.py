@@ -26,7 +26,10 @@ class HttpError(Exception):
 
 
 class HttpExchange:
-    def __init__(self, stream: trio.abc.Stream, peer_host: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, peer_host: str, idle_s: float) -> None:
+        # A body may take as long as it keeps coming, and an answer as long as the client keeps
+        # reading; a client that stalls ``idle_s`` is dropped (it held a task, an upload a thread).
+        self._idle_s = idle_s
         self._stream = stream
         self._connection = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
         self.peer_host = peer_host
@@ -69,9 +72,12 @@ class HttpExchange:
         """The request body, chunk by chunk as it arrives."""
         while not self._body_done:
             try:
-                event = await self._next_event()
+                with trio.fail_after(self._idle_s):
+                    event = await self._next_event()
             except h11.RemoteProtocolError as exc:
                 raise HttpError(400, f"bad request body: {exc}") from None
+            except trio.TooSlowError:
+                raise HttpError(408, f"no body bytes for {self._idle_s:g} s") from None
             if isinstance(event, h11.Data):
                 yield bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
@@ -113,7 +119,10 @@ class HttpExchange:
     async def _send(self, event) -> None:
         data = self._connection.send(event)
         if data:
-            await self._stream.send_all(data)
+            with trio.move_on_after(self._idle_s) as waited:
+                await self._stream.send_all(data)
+            if waited.cancelled_caught:
+                raise trio.BrokenResourceError(f"the client read nothing for {self._idle_s:g} s")
 
     @property
     def responded(self) -> bool:

@@ -100,16 +100,14 @@ class Upload:
                           created)
 
 
-def _first(exc: BaseException, kind: type[LfsRefused]) -> LfsRefused | None:
-    """The first ``kind`` in ``exc`` or the exception groups it holds."""
-    if isinstance(exc, kind):
-        return exc
+def _cause(exc: BaseException) -> BaseException:
+    """The first exception in ``exc`` or the groups it holds that is not a cancellation."""
     if isinstance(exc, BaseExceptionGroup):
         for each in exc.exceptions:
-            found = _first(each, kind)
-            if found is not None:
+            found = _cause(each)
+            if not isinstance(found, trio.Cancelled):
                 return found
-    return None
+    return exc
 
 
 def _now_ms() -> int:
@@ -126,7 +124,11 @@ class LfsService:
         self._metrics = metrics
         self._policy_of = policy_of  # a topic's enforced configs; None if the topic does not exist
         self._prefix = f"{namespace}/{META_PREFIX}/lfs/"
+        # Short calls (HEADs, multipart control) and streams (an upload or download held open
+        # by its client) take threads from separate pools: slow clients never delay the HEADs
+        # that produce requests wait on.
         self._threads = trio.CapacityLimiter(4)
+        self._streams = trio.CapacityLimiter(8)
 
     def _document(self, upload_id: str) -> str:
         return f"{self._prefix}{upload_id}.json"
@@ -223,13 +225,13 @@ class LfsService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(feed)  # closing the channel on failure ends the writer's chunks
                 await trio.to_thread.run_sync(self.objects.write, upload.bucket, upload.key, chunks(),
-                                              limiter=self._threads)
+                                              limiter=self._streams)
         except BaseException as exc:
             with trio.CancelScope(shield=True):
                 await self._thread(self.objects.delete, upload.bucket, upload.key)
-            refusal = _first(exc, LfsRefused)
-            if refusal is not None:
-                raise refusal from None
+            cause = _cause(exc)  # the feed's refusal or the body's own error, not the group around it
+            if cause is not exc:
+                raise cause from None
             raise
         upload = replace(upload, checksum=checksum.hexdigest())
         await self._save(upload)
@@ -355,7 +357,7 @@ class LfsService:
         return await self._thread(self.objects.size, bucket, key)
 
     async def read_chunk(self, chunks: Iterator[bytes]) -> bytes | None:
-        return await self._thread(next, chunks, None)
+        return await trio.to_thread.run_sync(next, chunks, None, limiter=self._streams)
 
     # -- clean-up --------------------------------------------------------------------------
 

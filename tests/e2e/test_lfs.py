@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -300,5 +301,47 @@ def test_unknown_lfs_routes_and_bad_heads(tmp_path):
         assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
         with pytest.raises(LfsError):
             _client(gateway).upload("missing-topic", b"x")
+    finally:
+        gateway.stop()
+
+
+def _raw_http(port: int, request: bytes, read: bool = True) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        if not read:
+            return b""
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+def test_hostile_http_clients_get_clear_answers_and_hold_nothing(tmp_path):
+    """A stalled upload is dropped after http_idle_timeout_ms and keeps nothing; malformed
+    heads, lying lengths and oversized heads are answered 4xx; the gateway keeps serving."""
+    gateway = GatewayProcess(tmp_path / "data", "--http-idle-timeout-ms", "1000").start()
+    try:
+        _create_topic(gateway.bootstrap, "hostile")
+        port = gateway.http_port
+        assert _raw_http(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400")
+        assert _raw_http(port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 4")
+        body = b'{"topic": "hostile", "size": 5}'
+        lying = b"POST /lfs/uploads HTTP/1.1\r\nHost: x\r\nContent-Length: 999\r\n\r\n" + body
+        started = time.monotonic()
+        answer = _raw_http(port, lying)  # the body never reaches its announced length
+        assert time.monotonic() - started < 8 and (answer == b"" or answer.startswith(b"HTTP/1.1 4")), answer
+        session = _post(gateway, "/lfs/uploads", {"topic": "hostile", "size": 10 * MIB}).json()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(f"PUT {session['urls'][0]} HTTP/1.1\r\nHost: x\r\nContent-Length: {10 * MIB}\r\n\r\n".encode()
+                         + b"x" * MIB)
+            sock.settimeout(10)
+            started = time.monotonic()
+            answer = sock.recv(65536)  # the gateway gives up on the stalled body
+            assert time.monotonic() - started < 8
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+        assert not (gateway.data_dir / session["key"]).exists()
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+        with _client(gateway) as client:
+            assert client.read(client.upload("hostile", b"still works").encode()) == b"still works"
     finally:
         gateway.stop()
