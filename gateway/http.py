@@ -12,9 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kafscale.protocol.layout import META_PREFIX
 
 from .context import GatewayContext
-from .http_exchange import HttpError, HttpExchange
+from .http_exchange import HttpError, HttpExchange, HttpPeer
 from .lfs.http_api import serve_lfs
-from .security.tls import TlsContext, TlsHandshakeFailed, tls_accept
+from .security.tls import PrincipalMapper, TlsContext, TlsHandshakeFailed, tls_accept
+from .security.tls_stream import TlsStream
 
 __all__ = ["serve_http", "readiness"]
 
@@ -56,10 +57,10 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     return True, "ready" + "".join(f"; {item}" for item in damage)
 
 
-async def _route(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None:
+async def _route(ctx: GatewayContext, exchange: HttpExchange) -> None:
     path = exchange.path
     if path.startswith("/lfs/"):
-        await serve_lfs(ctx, exchange, tls)
+        await serve_lfs(ctx, exchange)
     elif exchange.method != "GET":
         raise HttpError(405, f"{exchange.method} is not served at {path}")
     elif path == "/metrics":
@@ -73,8 +74,20 @@ async def _route(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None
         raise HttpError(404, "not found")
 
 
-async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer_host: str, tls: bool) -> None:
-    exchange = HttpExchange(stream, peer_host, ctx.config.network.http_idle_timeout_ms / 1000)
+def _certificate_principal(stream: TlsStream, mapper: PrincipalMapper) -> str | None:
+    """The principal of the client's certificate, as the Kafka SSL listeners map it; None without
+    one (or when no rule maps it: such a client authenticates with Basic credentials)."""
+    certificate = stream.getpeercert(binary_form=True)
+    if not certificate:
+        return None
+    try:
+        return mapper.principal(certificate)
+    except ValueError:
+        return None
+
+
+async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer: HttpPeer) -> None:
+    exchange = HttpExchange(stream, peer, ctx.config.network.http_idle_timeout_ms / 1000)
     try:
         # The head must come within 10 s; a body (an LFS upload) may take as long as it keeps coming.
         with trio.move_on_after(_HEAD_TIMEOUT_S):
@@ -83,7 +96,7 @@ async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer_host: str, 
         if not exchange.method:
             return
         try:
-            await _route(ctx, exchange, tls)
+            await _route(ctx, exchange)
         except HttpError as exc:
             if not exchange.responded:
                 await exchange.respond(exc.status, str(exc).encode() + b"\n")
@@ -101,19 +114,24 @@ async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer_host: str, 
         await trio.aclose_forcefully(stream)
 
 
-async def serve_http(ctx: GatewayContext, listeners, tls: TlsContext | None = None,
+async def serve_http(ctx: GatewayContext, listeners, tls: tuple[TlsContext, PrincipalMapper] | None = None,
                      task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """``tls``: the Kafka listeners' TLS context and certificate-principal rules (http_ssl), or
+    None for plain HTTP."""
+
     async def handler(connection: trio.SocketStream):
         try:
             peer_host = str(connection.socket.getpeername()[0])
         except OSError:
             return
-        stream: trio.abc.Stream = connection
-        if tls is not None:
-            try:
-                stream = await tls_accept(connection, tls, 10)
-            except TlsHandshakeFailed:
-                return
-        await _handle(ctx, stream, peer_host, tls is not None)
+        if tls is None:
+            await _handle(ctx, connection, HttpPeer(peer_host, tls=False, certificate_principal=None))
+            return
+        try:
+            secured = await tls_accept(connection, tls[0], 10)
+        except TlsHandshakeFailed:
+            return
+        await _handle(ctx, secured, HttpPeer(peer_host, tls=True,
+                                             certificate_principal=_certificate_principal(secured, tls[1])))
 
     await trio.serve_listeners(handler, listeners, task_status=task_status)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 import trio
 
-__all__ = ["HttpExchange", "HttpError"]
+__all__ = ["HttpExchange", "HttpError", "HttpPeer"]
 
 _RECEIVE = 64 * 1024
 _MAX_HEAD = 16 * 1024
@@ -25,14 +26,24 @@ class HttpError(Exception):
         self.status = status
 
 
+@dataclass(frozen=True, slots=True)
+class HttpPeer:
+    """Who is at the other end: its address, whether the connection is TLS, and the principal
+    its client certificate maps to (None without one)."""
+
+    host: str
+    tls: bool
+    certificate_principal: str | None
+
+
 class HttpExchange:
-    def __init__(self, stream: trio.abc.Stream, peer_host: str, idle_s: float) -> None:
+    def __init__(self, stream: trio.abc.Stream, peer: HttpPeer, idle_s: float) -> None:
         # A body may take as long as it keeps coming, and an answer as long as the client keeps
         # reading; a client that stalls ``idle_s`` is dropped (it held a task, an upload a thread).
         self._idle_s = idle_s
         self._stream = stream
         self._connection = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
-        self.peer_host = peer_host
+        self.peer = peer
         self.method = ""
         self.path = ""
         self.query: dict[str, list[str]] = {}

@@ -55,7 +55,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     async with trio.open_nursery() as root:
         await root.start(gateway.run)
         if http_listeners:
-            root.start_soon(serve_http, gateway.context, http_listeners, tls[0] if tls and config.tls.http_ssl else None)
+            root.start_soon(serve_http, gateway.context, http_listeners, tls if tls and config.tls.http_ssl else None)
         async with trio.open_nursery() as client_nursery:
             accept_scope = trio.CancelScope()
 

@@ -9,8 +9,9 @@
 - ``GET  /lfs/objects?bucket=&key=``: an object (READ on its topic): a redirect to a
   pre-signed URL on S3, the bytes themselves elsewhere.
 
-Clients authenticate with HTTP Basic (the users and passwords of SASL PLAIN and SCRAM);
-when any Kafka listener asks for SASL, so does this endpoint. The principal is then
+Clients authenticate with HTTP Basic (the users and passwords of SASL PLAIN and SCRAM), or
+with a client certificate on a TLS listener (http_ssl), mapped to a principal by the SSL
+listeners' rules; when any Kafka listener asks for SASL, an unauthenticated client is refused. The principal is then
 authorized by the ACLs exactly as a Kafka request of that principal would be.
 """
 
@@ -36,6 +37,8 @@ _DOWNLOAD_CHUNK = 4 * 2**20
 async def _principal(ctx: GatewayContext, exchange: HttpExchange) -> str:
     header = exchange.headers.get("authorization", "")
     if not header:
+        if exchange.peer.certificate_principal is not None:
+            return exchange.peer.certificate_principal  # mTLS on the HTTP listener (http_ssl)
         if any(listener.sasl for listener in ctx.config.network.kafka_listeners):
             raise HttpError(401, "credentials required (HTTP Basic, a SASL user's name and password)")
         return ANONYMOUS
@@ -49,11 +52,10 @@ async def _principal(ctx: GatewayContext, exchange: HttpExchange) -> str:
     return f"User:{user}"
 
 
-def _require(ctx: GatewayContext, exchange: HttpExchange, tls: bool, principal: str, operation: Operation,
-             topic: str) -> None:
-    listener = Listener("HTTP", "SSL" if tls else "PLAINTEXT", ctx.config.network.http_host,
+def _require(ctx: GatewayContext, exchange: HttpExchange, principal: str, operation: Operation, topic: str) -> None:
+    listener = Listener("HTTP", "SSL" if exchange.peer.tls else "PLAINTEXT", ctx.config.network.http_host,
                         ctx.config.network.http_port)
-    session = Session(listener, exchange.peer_host, principal)
+    session = Session(listener, exchange.peer.host, principal)
     if not ctx.access.allowed(session, operation, ResourceType.TOPIC, topic):
         raise HttpError(403, f"{principal} may not {operation.name} topic {topic!r}")
 
@@ -67,28 +69,28 @@ def _field(document: dict, name: str, kind: type, default=None):
     return value
 
 
-async def serve_lfs(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None:
+async def serve_lfs(ctx: GatewayContext, exchange: HttpExchange) -> None:
     try:
-        await _serve(ctx, exchange, tls)
+        await _serve(ctx, exchange)
     except LfsRefused as exc:
         raise HttpError(exc.status, str(exc)) from None
 
 
-async def _serve(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None:
+async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
     lfs = ctx.lfs
     parts = exchange.path.strip("/").split("/")  # "lfs", ...
     method = exchange.method
     principal = await _principal(ctx, exchange)
     if method == "GET" and len(parts) == 3 and parts[1] == "topics":
         topic = parts[2]
-        _require(ctx, exchange, tls, principal, Operation.DESCRIBE, topic)
+        _require(ctx, exchange, principal, Operation.DESCRIBE, topic)
         settings = lfs.lfs_policy(topic)
         await exchange.respond_json(200, {"topic": topic, "enabled": settings.enabled,
                                           "min_bytes": settings.min_bytes, "require_sdk": settings.require_sdk})
     elif method == "POST" and parts == ["lfs", "uploads"]:
         document = await exchange.json_body()
         topic = _field(document, "topic", str)
-        _require(ctx, exchange, tls, principal, Operation.WRITE, topic)
+        _require(ctx, exchange, principal, Operation.WRITE, topic)
         upload, plan = await lfs.start(principal, topic, _field(document, "size", int),
                                        _field(document, "content_type", str, "application/octet-stream"),
                                        _field(document, "checksum", str, "sha256"))
@@ -117,7 +119,7 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange, tls: bool) -> None
         owner = lfs.topic_of(key)
         if owner is None:
             raise HttpError(404, f"{key!r} is not an LFS object key")
-        _require(ctx, exchange, tls, principal, Operation.READ, owner)
+        _require(ctx, exchange, principal, Operation.READ, owner)
         url = await lfs.download_url(bucket, key)
         if url is not None:
             await exchange.respond(307, b"", headers=[("Location", url)])

@@ -3,12 +3,14 @@ authorized as their Kafka requests are, sessions owned by the principal that sta
 
 from __future__ import annotations
 
+import ssl
+
 import httpx
 import pytest
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourcePatternType, ResourceType
 
 from kafscale.lfs_sdk import LfsClient, LfsError
-from tests.security.conftest import ADMIN, ADMIN_PASSWORD
+from tests.security.conftest import ADMIN, ADMIN_PASSWORD, start_secure
 from tests.security.test_acls_and_tls import _allow, _create_user
 
 
@@ -55,3 +57,34 @@ def test_the_sdk_with_credentials_uploads_and_reads_back(lfs_topic):
     with LfsClient(lfs_topic, username="stranger", password="stranger-pw") as stranger:
         with pytest.raises(LfsError, match="403"):
             stranger.read(pointer.encode())
+
+
+@pytest.fixture(scope="module")
+def https_gateway(tmp_path_factory, pki):
+    """A secure gateway whose HTTP listener is TLS too (http_ssl), client certificates requested."""
+    gateway = start_secure(tmp_path_factory.mktemp("https") / "data", pki, "--http-ssl")
+    admin = AdminClient(gateway.sasl_config())
+    admin.create_topics([NewTopic("lfs-mtls", 1, config={"kafscale.lfs.enabled": "true"})])["lfs-mtls"].result(10)
+    for future in admin.create_acls([_allow("User:app", ResourceType.TOPIC, "lfs-mtls", AclOperation.WRITE,
+                                            ResourcePatternType.LITERAL)]).values():
+        future.result(10)
+    yield gateway
+    gateway.process.kill()
+
+
+def test_a_client_certificate_is_a_principal_on_the_tls_listener(https_gateway, pki):
+    url = f"https://127.0.0.1:{https_gateway.process.http_port}/lfs/uploads"
+    verify = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+
+    def post(issued=None) -> httpx.Response:
+        context = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+        if issued is not None:
+            context.load_cert_chain(str(issued.cert), str(issued.key))
+        return httpx.post(url, json={"topic": "lfs-mtls", "size": 3}, verify=context, timeout=10)
+
+    assert post(pki.app).status_code == 201  # CN=app,O=acme → User:app, allowed to WRITE
+    stranger = post(pki.stranger)
+    assert stranger.status_code == 403 and "CN=stranger" in stranger.text
+    assert post().status_code == 401  # no certificate, no credentials
+    assert httpx.post(url, json={"topic": "lfs-mtls", "size": 3}, verify=verify, auth=(ADMIN, ADMIN_PASSWORD),
+                      timeout=10).status_code == 201

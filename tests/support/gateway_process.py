@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -55,13 +56,28 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{self.logs()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/readyz", timeout=1) as response:
+                with urllib.request.urlopen(self._readyz, timeout=1, context=self._probe_tls) as response:
                     if response.status == 200:
                         return self
             except OSError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"gateway not ready after {timeout}s:\n{self.logs()}")
+
+    @property
+    def _readyz(self) -> str:
+        scheme = "https" if "--http-ssl" in self.extra_args else "http"
+        return f"{scheme}://127.0.0.1:{self.http_port}/readyz"
+
+    @property
+    def _probe_tls(self) -> ssl.SSLContext | None:
+        """The readiness probe does not check the test certificate (the tests that need it do)."""
+        if "--http-ssl" not in self.extra_args:
+            return None
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
 
     def logs(self) -> str:
         try:
