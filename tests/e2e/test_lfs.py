@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kafscale.lfs_sdk import LfsClient, LfsError, is_pointer
 from kafscale.protocol.lfs import LfsPointer, parse_pointer
+from kafscale.storage_backends import open_store
 from tests.support.gateway_process import GatewayProcess
 from tests.support.kafka_reading import read_to_end
 
@@ -238,6 +239,7 @@ def test_orphans_are_deleted_and_nothing_a_pointer_names(tmp_path):
     try:
         _create_topic(gateway.bootstrap, "kept")
         _create_topic(gateway.bootstrap, "dropped")
+        _create_topic(gateway.bootstrap, "brief", **{"retention.ms": "2500"})
         client = _client(gateway)
         named = client.upload("kept", b"named by a pointer")
         _produce(gateway.bootstrap, "kept", named.encode())
@@ -245,20 +247,61 @@ def test_orphans_are_deleted_and_nothing_a_pointer_names(tmp_path):
         abandoned = _post(gateway, "/lfs/uploads", {"topic": "kept", "size": 10}).json()  # never sent
         of_deleted_topic = client.upload("dropped", b"its topic goes")
         _produce(gateway.bootstrap, "dropped", of_deleted_topic.encode())
+        past_retention = client.upload("brief", b"its pointer ages out")
+        _produce(gateway.bootstrap, "brief", past_retention.encode())
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
         admin.delete_topics(["dropped"])["dropped"].result(30)
+        session_document = gateway.data_dir / "kafscale" / "~meta" / "lfs" / f"{abandoned['id']}.json"
 
         def exists(key: str) -> bool:
             return (gateway.data_dir / key).exists()
 
-        assert exists(named.key) and exists(orphan.key)  # the deleted topic's objects may be gone already
-        deadline = time.monotonic() + 15
-        while (exists(orphan.key) or exists(of_deleted_topic.key)) and time.monotonic() < deadline:
+        assert exists(named.key) and exists(orphan.key) and exists(past_retention.key)
+        assert session_document.exists()
+        gone = (orphan.key, of_deleted_topic.key, past_retention.key)
+        deadline = time.monotonic() + 20
+        while (any(exists(key) for key in gone) or session_document.exists()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not exists(orphan.key) and not exists(of_deleted_topic.key) and not exists(abandoned["key"])
+        assert [key for key in gone if exists(key)] == [] and not session_document.exists()
         time.sleep(1)  # more passes: the named object stays
         assert exists(named.key)
         assert client.read(named.encode()) == b"named by a pointer"
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
+        for reason in ("orphan", "upload_expired", "topic_deleted", "past_retention"):
+            assert f'kafscale_lfs_objects_deleted_total{{reason="{reason}"}} 1.0' in metrics, reason
+    finally:
+        gateway.stop()
+
+
+def test_a_prefix_override_places_the_objects_and_passes_require_sdk(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        _create_topic(gateway.bootstrap, "scans", **{"kafscale.lfs.prefix": "archive/scans",
+                                                     "kafscale.lfs.require_sdk": "true"})
+        client = _client(gateway)
+        data = os.urandom(2 * MIB)
+        pointer = client.upload("scans", data)
+        assert pointer.key.startswith("archive/scans/scans/lfs/")
+        _produce(gateway.bootstrap, "scans", pointer.encode())
+        assert client.read(_consume(gateway.bootstrap, "scans")[0]) == data
+    finally:
+        gateway.stop()
+
+
+def test_a_bucket_override_puts_the_objects_in_another_bucket(tmp_path, moto_server):
+    gateway = GatewayProcess(tmp_path / "data", "--storage", moto_server.location(),
+                             *moto_server.gateway_args()).start()
+    try:
+        media = moto_server.create_bucket()
+        _create_topic(gateway.bootstrap, "photos", **{"kafscale.lfs.bucket": media,
+                                                      "kafscale.lfs.require_sdk": "true"})
+        client = _client(gateway)
+        data = os.urandom(3 * MIB)
+        pointer = client.upload("photos", data)
+        assert pointer.bucket == media
+        assert open_store(f"s3://{media}", s3=moto_server.options()).head(pointer.key).size == len(data)
+        _produce(gateway.bootstrap, "photos", pointer.encode())
+        assert client.read(_consume(gateway.bootstrap, "photos")[0]) == data
     finally:
         gateway.stop()
 
