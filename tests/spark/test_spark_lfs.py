@@ -1,5 +1,5 @@
 """format("kafscale") with lfs.resolve: pointer records read back as their objects (checked), or
-with a column naming them; on the filesystem and on S3 (moto)."""
+with a column naming them; on the filesystem and on S3 (moto, SeaweedFS)."""
 
 from __future__ import annotations
 
@@ -32,19 +32,20 @@ def spark():
     session.stop()
 
 
-@pytest.fixture(params=["filesystem", "moto"])
+@pytest.fixture(params=["filesystem", "moto", "seaweedfs"])
 def stored(request, tmp_path):
     """A topic holding two pointers (objects of 3 and 2 MiB) and a small raw record."""
     args: list[str] = []
     read_options: dict[str, str] = {}
     location = str(tmp_path / "data")
-    if request.param == "moto":
-        server = request.getfixturevalue("moto_server")
+    if request.param != "filesystem":
+        server = request.getfixturevalue("moto_server" if request.param == "moto" else "seaweed_server")
         location = server.location()
         args = ["--storage", location, *server.gateway_args()]
         options = server.options()
-        read_options = {"s3.endpoint": options.endpoint, "s3.region": "us-east-1", "s3.accessKeyId": "test",
-                        "s3.secretAccessKey": "test", "s3.pathStyle": "true", "s3.allowHttp": "true"}
+        read_options = {"s3.endpoint": options.endpoint, "s3.region": "us-east-1",
+                        "s3.accessKeyId": options.access_key_id, "s3.secretAccessKey": options.secret_access_key,
+                        "s3.pathStyle": "true", "s3.allowHttp": "true"}
     gateway = GatewayProcess(tmp_path / "data", *args).start()
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
     admin.create_topics([NewTopic("media", 1, 1, config={"kafscale.lfs.enabled": "true",
@@ -93,7 +94,7 @@ def test_an_object_above_max_bytes_fails_the_read_with_the_way_out(spark, stored
         _read(spark, location, options, **{"lfs.resolve": "bytes", "lfs.maxBytes": str(MIB)}).collect()
 
 
-def test_a_tampered_object_fails_its_check(spark, stored, moto_server):
+def test_a_tampered_object_fails_its_check(spark, stored, request):
     location, options, objects = stored
     rows = _read(spark, location, options, **{"lfs.resolve": "uri"}).orderBy("offset").collect()
     uri = rows[1].lfs_uri
@@ -103,6 +104,8 @@ def test_a_tampered_object_fails_its_check(spark, stored, moto_server):
             file.write(tampered)
     else:
         bucket, _, key = uri[len("s3://"):].partition("/")
-        open_store(f"s3://{bucket}", s3=moto_server.options()).put(key, tampered)
+        server = request.getfixturevalue("moto_server" if request.node.callspec.params["stored"] == "moto"
+                                         else "seaweed_server")
+        open_store(f"s3://{bucket}", s3=server.options()).put(key, tampered)
     with pytest.raises(Exception, match="is not the pointer's"):
         _read(spark, location, options, **{"lfs.resolve": "bytes"}).collect()
