@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -25,34 +26,65 @@ class LfsError(Exception):
     """The gateway or the store refused, or an object failed its check."""
 
 
-def _size_of(source: BinaryIO) -> int:
+def _size_of(source: BinaryIO) -> int | None:
+    """The bytes left in ``source``: a regular file's or a seekable stream's; None for a pipe,
+    a socket or a generator's stream, uploaded part by part until its end."""
     try:
-        return os.fstat(source.fileno()).st_size - source.tell()
-    except (OSError, AttributeError, io.UnsupportedOperation):
+        status = os.fstat(source.fileno())
+        if stat.S_ISREG(status.st_mode):
+            return status.st_size - source.tell()
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
         pass
     try:
+        if not source.seekable():
+            return None
         here = source.tell()
         end = source.seek(0, io.SEEK_END)
         source.seek(here)
         return end - here
     except (OSError, AttributeError, io.UnsupportedOperation):
-        raise LfsError("the stream's size is unknown: pass size=") from None
+        return None
 
 
 class _Body:
-    """``length`` bytes of ``source`` as an iterator of chunks, each hashed as it passes."""
+    """``length`` bytes of ``source`` (None: all of it) as an iterator of chunks, each hashed as
+    it passes."""
 
-    def __init__(self, source: BinaryIO, length: int, checksum) -> None:
+    def __init__(self, source: BinaryIO, length: int | None, checksum) -> None:
         self._source, self._left, self._checksum = source, length, checksum
 
     def __iter__(self) -> Iterator[bytes]:
-        while self._left > 0:
-            chunk = self._source.read(min(_CHUNK, self._left))
+        while self._left is None or self._left > 0:
+            chunk = self._source.read(_CHUNK if self._left is None else min(_CHUNK, self._left))
             if not chunk:
+                if self._left is None:
+                    return
                 raise LfsError(f"the stream ended {self._left} bytes early")
-            self._left -= len(chunk)
+            if self._left is not None:
+                self._left -= len(chunk)
             self._checksum.update(chunk)
             yield chunk
+
+
+class _Joined(io.RawIOBase):
+    """``head`` then the rest of ``rest``: a stream whose first bytes were already read."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        super().__init__()
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        if self._head:
+            count = min(len(buffer), len(self._head))
+            buffer[:count] = self._head[:count]
+            self._head = self._head[count:]
+            return count
+        data = self._rest.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 class ObjectStream(io.RawIOBase):
@@ -148,24 +180,30 @@ class LfsClient:
             return self.upload(topic, io.BytesIO(bytes(source)), size=len(source), content_type=content_type,
                                checksum=checksum)
         length = _size_of(source) if size is None else size
-        session = self._call("POST", "/lfs/uploads", json={"topic": topic, "size": length,
-                                                           "content_type": content_type,
-                                                           "checksum": checksum}).json()
+        document: dict[str, Any] = {"topic": topic, "content_type": content_type, "checksum": checksum}
+        if length is not None:
+            document["size"] = length
+        session = self._call("POST", "/lfs/uploads", json=document).json()
         hasher = new_checksum(checksum)
         parts: list[dict[str, Any]] = []
         method = session["method"]
         try:
             if method == "gateway":
-                self._call("PUT", session["urls"][0], content=_Body(source, length, hasher),
-                           headers={"Content-Length": str(length), "Content-Type": content_type})
+                headers = {"Content-Type": content_type}
+                if length is not None:
+                    headers["Content-Length"] = str(length)  # else chunked
+                self._call("PUT", session["urls"][0], content=_Body(source, length, hasher), headers=headers)
             elif method == "put":
+                assert length is not None
                 self._put(session["urls"][0], _Body(source, length, hasher), length, content_type)
-            elif method == "multipart":
+            elif method == "multipart" and length is not None:
                 part_bytes = int(session["part_bytes"])
                 for number, url in enumerate(session["urls"], start=1):
                     part = min(part_bytes, length - (number - 1) * part_bytes)
                     etag = self._put(url, _Body(source, part, hasher), part, None)
                     parts.append({"number": number, "etag": etag})
+            elif method == "multipart":
+                parts = self._stream_parts(session, source, hasher)
             else:
                 raise LfsError(f"the gateway asked for an upload method this SDK does not know: {method!r}")
         except httpx.HTTPError as exc:
@@ -174,7 +212,28 @@ class LfsClient:
                            json={"checksum": hasher.hexdigest(), "parts": parts}).content
         return parse_pointer(value)
 
-    def _put(self, url: str, body: _Body, length: int, content_type: str | None) -> str:
+    def _stream_parts(self, session: dict, source: BinaryIO, hasher) -> list[dict[str, Any]]:
+        """A stream of unknown size: one part in memory at a time, its URL asked for as it comes
+        (16 at a time)."""
+        part_bytes = int(session["part_bytes"])
+        urls: list[str] = []
+        parts: list[dict[str, Any]] = []
+        while True:
+            data = bytearray()
+            while len(data) < part_bytes and (chunk := source.read(min(_CHUNK, part_bytes - len(data)))):
+                data += chunk
+            if not data and parts:
+                return parts
+            number = len(parts) + 1
+            if number > len(urls):
+                urls += self._call("POST", f"/lfs/uploads/{session['id']}/parts",
+                                   json={"first": number, "count": 16}).json()["urls"]
+            hasher.update(data)
+            parts.append({"number": number, "etag": self._put(urls[number - 1], bytes(data), len(data), None)})
+            if len(data) < part_bytes:
+                return parts
+
+    def _put(self, url: str, body: _Body | bytes, length: int, content_type: str | None) -> str:
         headers = {"Content-Length": str(length)}
         if content_type is not None:
             headers["Content-Type"] = content_type
@@ -190,11 +249,24 @@ class LfsClient:
         e.g. ``lambda v: producer.produce(topic, key=k, value=v)``): as it is when it is
         smaller than the topic's min_bytes, else uploaded and replaced by its pointer."""
         threshold = int(self.topic_settings(topic)["min_bytes"])
-        if isinstance(value, (bytes, bytearray, memoryview)) and len(value) < threshold:
-            return send(bytes(value))
-        if isinstance(value, (str, os.PathLike)) and os.path.getsize(value) < threshold:
-            with open(value, "rb") as file:
-                return send(file.read())
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            if len(value) < threshold:
+                return send(bytes(value))
+        elif isinstance(value, (str, os.PathLike)):
+            if os.path.getsize(value) < threshold:
+                with open(value, "rb") as file:
+                    return send(file.read())
+        elif size is None and _size_of(value) is None:
+            # A stream of unknown size: below the threshold it goes as it is; it is read that far
+            # first (min_bytes in memory at most), then uploaded from those bytes on.
+            head = bytearray()
+            while len(head) < threshold and (chunk := value.read(min(_CHUNK, threshold - len(head)))):
+                head += chunk
+            if len(head) < threshold:
+                return send(bytes(head))
+            value = io.BufferedReader(_Joined(bytes(head), value))
+        elif (size if size is not None else _size_of(value) or 0) < threshold:
+            return send(value.read())
         return send(self.upload(topic, value, size=size, content_type=content_type, checksum=checksum).encode())
 
     def open(self, value: bytes | None) -> ObjectStream | None:

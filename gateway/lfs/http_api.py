@@ -4,6 +4,7 @@
 - ``POST /lfs/uploads`` ``{"topic", "size", "content_type"?, "checksum"?}``: an upload
   session and where to send the bytes (WRITE on the topic);
 - ``PUT  /lfs/uploads/{id}/data``: the bytes, on a store without pre-signed URLs;
+- ``POST /lfs/uploads/{id}/parts`` ``{"first", "count"}``: more part URLs (a stream's upload);
 - ``POST /lfs/uploads/{id}/complete`` ``{"checksum", "parts"?: [{"number", "etag"}]}``:
   checks the object and answers the pointer record's value;
 - ``GET  /lfs/objects?bucket=&key=``: an object (READ on its topic): a redirect to a
@@ -91,7 +92,10 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
         document = await exchange.json_body()
         topic = _field(document, "topic", str)
         _require(ctx, exchange, principal, Operation.WRITE, topic)
-        upload, plan = await lfs.start(principal, topic, _field(document, "size", int),
+        size = document.get("size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+            raise HttpError(400, "size must be an int (or absent: a stream whose size is not known)")
+        upload, plan = await lfs.start(principal, topic, size,
                                        _field(document, "content_type", str, "application/octet-stream"),
                                        _field(document, "checksum", str, "sha256"))
         await exchange.respond_json(201, {
@@ -101,10 +105,14 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
             "part_bytes": plan.part_bytes,
         })
     elif method == "PUT" and len(parts) == 4 and parts[1] == "uploads" and parts[3] == "data":
-        if exchange.content_length is None:
-            raise HttpError(411, "the upload needs a Content-Length")
+        if exchange.content_length is None and "chunked" not in exchange.headers.get("transfer-encoding", ""):
+            raise HttpError(411, "the upload needs a Content-Length or chunked transfer encoding")
         upload = await lfs.receive(parts[2], principal, exchange.body())
         await exchange.respond_json(200, {"id": upload.id, "received": upload.size})
+    elif method == "POST" and len(parts) == 4 and parts[1] == "uploads" and parts[3] == "parts":
+        document = await exchange.json_body()
+        urls = await lfs.part_urls(parts[2], principal, _field(document, "first", int), _field(document, "count", int))
+        await exchange.respond_json(200, {"urls": urls})
     elif method == "POST" and len(parts) == 4 and parts[1] == "uploads" and parts[3] == "complete":
         document = await exchange.json_body()
         try:

@@ -43,7 +43,9 @@ class LfsObjects(Protocol):
 
     def default_bucket(self) -> str: ...
     def full_key(self, key: str) -> str: ...
-    def plan_upload(self, bucket: str, key: str, size: int, content_type: str, expires_s: int) -> UploadPlan: ...
+    def plan_upload(self, bucket: str, key: str, size: int | None, content_type: str,
+                    expires_s: int) -> UploadPlan: ...
+    def part_urls(self, bucket: str, key: str, multipart_id: str, numbers: range, expires_s: int) -> list[str]: ...
     def complete(self, bucket: str, key: str, multipart_id: str | None, parts: list[Part]) -> None: ...
     def abort(self, bucket: str, key: str, multipart_id: str | None) -> None: ...
     def size(self, bucket: str, key: str) -> int | None: ...
@@ -90,19 +92,25 @@ class PresignedObjects:
         except BotoCoreError as exc:
             raise StorageUnavailable(f"S3 {operation} {params.get('Key', '')}: {exc}") from exc
 
-    def plan_upload(self, bucket: str, key: str, size: int, content_type: str, expires_s: int) -> UploadPlan:
-        if size <= self._part_bytes:
+    def plan_upload(self, bucket: str, key: str, size: int | None, content_type: str,
+                    expires_s: int) -> UploadPlan:
+        """One PUT URL up to a part's size; else a multipart upload, with a URL per part when the
+        size is known (none when it is not: the client asks for them as its parts come)."""
+        if size is not None and size <= self._part_bytes:
             url = self._client.generate_presigned_url(
                 "put_object", Params={"Bucket": bucket, "Key": key, "ContentType": content_type},
                 ExpiresIn=expires_s)
             return UploadPlan("put", [url], self._part_bytes)
         started = self._call("create_multipart_upload", Bucket=bucket, Key=key, ContentType=content_type)
         upload_id = started["UploadId"]
-        parts = -(-size // self._part_bytes)
-        urls = [self._client.generate_presigned_url(
-            "upload_part", Params={"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number},
-            ExpiresIn=expires_s) for number in range(1, parts + 1)]
-        return UploadPlan("multipart", urls, self._part_bytes, upload_id)
+        parts = range(1, -(-size // self._part_bytes) + 1) if size is not None else range(1, 1)
+        return UploadPlan("multipart", self.part_urls(bucket, key, upload_id, parts, expires_s), self._part_bytes,
+                          upload_id)
+
+    def part_urls(self, bucket: str, key: str, multipart_id: str, numbers: range, expires_s: int) -> list[str]:
+        return [self._client.generate_presigned_url(
+            "upload_part", Params={"Bucket": bucket, "Key": key, "UploadId": multipart_id, "PartNumber": number},
+            ExpiresIn=expires_s) for number in numbers]
 
     def complete(self, bucket: str, key: str, multipart_id: str | None, parts: list[Part]) -> None:
         if multipart_id is None:
@@ -164,9 +172,13 @@ class GatewayHeldObjects:
         if bucket != self.BUCKET:
             raise StorageError(f"bucket {bucket!r}: this gateway's store has one bucket, {self.BUCKET!r}")
 
-    def plan_upload(self, bucket: str, key: str, size: int, content_type: str, expires_s: int) -> UploadPlan:
+    def plan_upload(self, bucket: str, key: str, size: int | None, content_type: str,
+                    expires_s: int) -> UploadPlan:
         self._check(bucket)
         return UploadPlan("gateway", [], 0)
+
+    def part_urls(self, bucket: str, key: str, multipart_id: str, numbers: range, expires_s: int) -> list[str]:
+        raise StorageError("the gateway-held store has no parts to sign")
 
     def complete(self, bucket: str, key: str, multipart_id: str | None, parts: list[Part]) -> None:
         return None

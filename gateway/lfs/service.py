@@ -51,6 +51,7 @@ __all__ = ["LfsService", "Upload", "LfsRefused", "LfsRecordsRefused"]
 log = logging.getLogger("kafscale.lfs")
 
 _HEADS_IN_FLIGHT = 8
+_MAX_PARTS = 10_000  # S3's limit on the parts of one multipart upload
 
 
 class LfsRefused(Exception):
@@ -76,7 +77,7 @@ class Upload:
     principal: str
     bucket: str
     key: str
-    size: int
+    size: int | None  # announced; None: unknown until the bytes are in (a stream's upload)
     checksum_alg: str
     content_type: str
     created_ms: int
@@ -94,7 +95,7 @@ class Upload:
         return cls(**json.loads(raw))
 
     def pointer(self) -> LfsPointer:
-        assert self.checksum is not None
+        assert self.checksum is not None and self.size is not None
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created_ms / 1000))
         return LfsPointer(self.bucket, self.key, self.size, self.checksum, self.checksum_alg, self.content_type,
                           created)
@@ -157,10 +158,11 @@ class LfsService:
 
     # -- uploads ---------------------------------------------------------------------------
 
-    async def start(self, principal: str, topic: str, size: int, content_type: str,
+    async def start(self, principal: str, topic: str, size: int | None, content_type: str,
                     checksum_alg: str) -> tuple[Upload, UploadPlan]:
+        """A session for an object of ``size`` bytes (None: not known before its end)."""
         lfs = self.lfs_policy(topic)
-        if not 0 <= size <= self._config.lfs_max_object_bytes:
+        if size is not None and not 0 <= size <= self._config.lfs_max_object_bytes:
             raise LfsRefused(400, f"size {size} is outside [0, lfs_max_object_bytes={self._config.lfs_max_object_bytes}]")
         if checksum_alg not in CHECKSUMS:
             raise LfsRefused(400, f"checksum {checksum_alg!r} is not one of {', '.join(CHECKSUMS)}")
@@ -198,6 +200,7 @@ class LfsService:
             raise LfsRefused(409, "this gateway's store takes uploads at the pre-signed URLs, not here")
         checksum = new_checksum(upload.checksum_alg)
         received = 0
+        limit = self._config.lfs_max_object_bytes if upload.size is None else upload.size
         channel_send, channel_receive = trio.open_memory_channel[bytes | None](2)
         token = trio.lowlevel.current_trio_token()
 
@@ -213,11 +216,12 @@ class LfsService:
             async with channel_send:
                 async for chunk in body:
                     received += len(chunk)
-                    if received > upload.size:
-                        raise LfsRefused(400, f"the body is larger than the announced {upload.size} bytes")
+                    if received > limit:
+                        raise LfsRefused(400 if upload.size is not None else 413,
+                                         f"the body is larger than {'the announced' if upload.size is not None else 'the largest object,'} {limit} bytes")
                     checksum.update(chunk)
                     await channel_send.send(chunk)
-                if received != upload.size:
+                if upload.size is not None and received != upload.size:
                     raise LfsRefused(400, f"the body has {received} bytes, the session announced {upload.size}")
                 await channel_send.send(None)
 
@@ -233,9 +237,21 @@ class LfsService:
             if cause is not exc:
                 raise cause from None
             raise
-        upload = replace(upload, checksum=checksum.hexdigest())
+        upload = replace(upload, checksum=checksum.hexdigest(), size=received)
         await self._save(upload)
         return upload
+
+    async def part_urls(self, upload_id: str, principal: str, first: int, count: int) -> list[str]:
+        """Pre-signed URLs of parts ``first`` .. ``first + count - 1`` of a multipart upload (for
+        a stream whose size was not known: its parts are asked for as they come)."""
+        upload = await self._open_session(upload_id, principal)
+        if upload.multipart_id is None:
+            raise LfsRefused(409, f"upload session {upload_id} is not a multipart upload")
+        if not (1 <= first and 1 <= count <= 1000 and first + count - 1 <= _MAX_PARTS):
+            raise LfsRefused(400, f"parts are numbered 1 to {_MAX_PARTS}, at most 1000 per request")
+        expiry_s = max((upload.expires_ms - _now_ms()) // 1000, 1)
+        return await self._thread(self.objects.part_urls, upload.bucket, upload.key, upload.multipart_id,
+                                  range(first, first + count), expiry_s)
 
     async def complete(self, upload_id: str, principal: str, checksum: str, parts: list[Part]) -> LfsPointer:
         """Check the object: it exists with the announced size, and on the gateway-held store
@@ -254,7 +270,9 @@ class LfsService:
         refusal = None
         if size is None:
             refusal = "no object was uploaded"
-        elif size != upload.size:
+        elif upload.size is None and size > self._config.lfs_max_object_bytes:
+            refusal = f"the object has {size} bytes, more than lfs_max_object_bytes"
+        elif upload.size is not None and size != upload.size:
             refusal = f"the object has {size} bytes, the session announced {upload.size}"
         elif upload.checksum is not None and upload.checksum != checksum:
             refusal = f"the {upload.checksum_alg} of the bytes received is {upload.checksum}, not {checksum}"
@@ -263,9 +281,9 @@ class LfsService:
             await self._thread(self.objects.abort, upload.bucket, upload.key, upload.multipart_id)
             await self._store.delete(self._document(upload.id))
             raise LfsRefused(422, refusal + "; the upload is discarded")
-        upload = replace(upload, state="complete", checksum=checksum)
+        upload = replace(upload, state="complete", checksum=checksum, size=size)
         await self._save(upload)
-        self._metrics.lfs_upload_bytes.inc(upload.size)
+        self._metrics.lfs_upload_bytes.inc(size)
         return upload.pointer()
 
     # -- produce ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ confluent-kafka as the ordinary client that produces and consumes the pointers."
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import socket
@@ -386,5 +387,47 @@ def test_hostile_http_clients_get_clear_answers_and_hold_nothing(tmp_path):
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
         with _client(gateway) as client:
             assert client.read(client.upload("hostile", b"still works").encode()) == b"still works"
+    finally:
+        gateway.stop()
+
+
+class _Pipe(io.RawIOBase):
+    """A stream with no size to find: not a file, not seekable."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = memoryview(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        count = min(len(buffer), len(self._data), 100_000)
+        buffer[:count] = self._data[:count]
+        self._data = self._data[count:]
+        return count
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "moto"])
+def test_streams_of_unknown_size_upload_part_by_part(tmp_path, request, backend):
+    args: list[str] = ["--lfs-part-bytes", str(5 * MIB)]
+    if backend == "moto":
+        server = request.getfixturevalue("moto_server")
+        args += ["--storage", server.location(), *server.gateway_args()]
+    gateway = GatewayProcess(tmp_path / "data", *args).start()
+    try:
+        _create_topic(gateway.bootstrap, "piped")
+        client = _client(gateway)
+        data = os.urandom(23 * MIB + 17)  # five parts, the last one short
+        sent: list[bytes] = []
+        client.produce("piped", io.BufferedReader(_Pipe(data)), sent.append)
+        pointer = parse_pointer(sent[0])
+        assert pointer.size == len(data) and pointer.checksum == hashlib.sha256(data).hexdigest()
+        assert client.read(sent[0]) == data
+        client.produce("piped", io.BufferedReader(_Pipe(b"short")), sent.append)
+        assert sent[1] == b"short"  # below min_bytes: as it is
+        exact = os.urandom(MIB)  # exactly min_bytes: uploaded
+        client.produce("piped", io.BufferedReader(_Pipe(exact)), sent.append)
+        assert client.read(sent[2]) == exact
     finally:
         gateway.stop()
