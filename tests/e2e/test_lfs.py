@@ -206,7 +206,8 @@ def test_upload_sessions_refuse_what_does_not_match(strict_gateway):
     assert _post(gateway, "/lfs/uploads", {"topic": "nope", "size": 5}).status_code == 404
     assert _post(gateway, "/lfs/uploads", {"topic": "strict", "size": -1}).status_code == 400
     assert _post(gateway, "/lfs/uploads", {"topic": "strict", "size": 5, "checksum": "sha1"}).status_code == 400
-    assert _post(gateway, "/lfs/uploads", {"topic": "strict"}).status_code == 400
+    assert _post(gateway, "/lfs/uploads", {"topic": "strict", "size": "5"}).status_code == 400
+    assert _post(gateway, "/lfs/uploads", {"size": 5}).status_code == 400
     assert httpx.post(f"{base}/lfs/uploads", content=b"{not json", timeout=10).status_code == 400
     session = _post(gateway, "/lfs/uploads", {"topic": "strict", "size": 5}).json()
     upload = f"{base}{session['urls'][0]}"
