@@ -9,8 +9,6 @@ import json
 import os
 import socket
 import time
-import urllib.error
-import urllib.request
 
 import httpx
 import pytest
@@ -122,7 +120,7 @@ def test_a_1_gib_file_goes_through_the_sdk_and_comes_back_verified(lfs_gateway, 
     growth = _peak_rss_mib(gateway.process.pid) - rss_before
     # The gateway-held store streams through bounded buffers; on S3 nothing passes through.
     assert growth < (150 if gateway.backend == "filesystem" else 40), f"peak RSS grew {growth:.0f} MiB"
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
+    metrics = httpx.get(f"http://127.0.0.1:{gateway.http_port}/metrics", timeout=10).text
     assert "kafscale_lfs_upload_bytes_total 1.073741824e+09" in metrics
     assert "kafscale_lfs_pointer_records_total 1.0" in metrics
 
@@ -191,7 +189,7 @@ def test_require_sdk_refuses_what_is_not_a_valid_pointer(strict_gateway):
     _produce(gateway.bootstrap, "strict", good.encode())
     _produce(gateway.bootstrap, "strict", b"a small raw value")  # below min_bytes: allowed
     assert _consume(gateway.bootstrap, "strict") == [good.encode(), b"a small raw value"]
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
+    metrics = httpx.get(f"http://127.0.0.1:{gateway.http_port}/metrics", timeout=10).text
     assert 'kafscale_lfs_validation_errors_total{reason="produce"} 6.0' in metrics
     assert "kafscale_lfs_head_latency_ms_count 3.0" in metrics  # missing, wrong size, the good one
 
@@ -268,7 +266,7 @@ def test_orphans_are_deleted_and_nothing_a_pointer_names(tmp_path):
         time.sleep(1)  # more passes: the named object stays
         assert exists(named.key)
         assert client.read(named.encode()) == b"named by a pointer"
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics").read().decode()
+        metrics = httpx.get(f"http://127.0.0.1:{gateway.http_port}/metrics", timeout=10).text
         for reason in ("orphan", "upload_expired", "topic_deleted", "past_retention"):
             assert f'kafscale_lfs_objects_deleted_total{{reason="{reason}"}} 1.0' in metrics, reason
     finally:
@@ -340,9 +338,7 @@ def test_unknown_lfs_routes_and_bad_heads(tmp_path):
         base = f"http://127.0.0.1:{gateway.http_port}"
         assert httpx.get(f"{base}/lfs/nothing", timeout=10).status_code == 404
         assert httpx.get(f"{base}/lfs/objects", params={"bucket": "local", "key": "x"}, timeout=10).status_code == 404
-        with pytest.raises(urllib.error.HTTPError) as info:
-            urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", method="POST"))
-        assert info.value.code == 405
+        assert httpx.post(f"{base}/metrics", timeout=10).status_code == 405
         assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
         with pytest.raises(LfsError):
             _client(gateway).upload("missing-topic", b"x")
