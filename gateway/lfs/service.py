@@ -209,7 +209,11 @@ class LfsService:
                 chunk = trio.from_thread.run(channel_receive.receive, trio_token=token)
                 if chunk is None:
                     return
+                checksum.update(chunk)  # here, in the writer's thread: hashing a GiB is seconds of CPU
                 yield chunk
+
+        too_large = (LfsRefused(400, f"the body is larger than the announced {limit} bytes") if upload.size is not None
+                     else LfsRefused(413, f"the body is larger than lfs_max_object_bytes ({limit})"))
 
         async def feed() -> None:
             nonlocal received
@@ -217,9 +221,7 @@ class LfsService:
                 async for chunk in body:
                     received += len(chunk)
                     if received > limit:
-                        raise LfsRefused(400 if upload.size is not None else 413,
-                                         f"the body is larger than {'the announced' if upload.size is not None else 'the largest object,'} {limit} bytes")
-                    checksum.update(chunk)
+                        raise too_large
                     await channel_send.send(chunk)
                 if upload.size is not None and received != upload.size:
                     raise LfsRefused(400, f"the body has {received} bytes, the session announced {upload.size}")
