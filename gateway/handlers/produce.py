@@ -78,10 +78,11 @@ def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHea
     return records, headers
 
 
-async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, int], LfsRecordsRefused]:
+async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, int], LfsRecordsRefused | KafkaError]:
     """Record sets of LFS topics: pointers counted and claimed, and under require_sdk oversized
-    raw values and bad pointers refused (their HEADs are awaited here, before any append)."""
-    refused: dict[tuple[str, int], LfsRecordsRefused] = {}
+    raw values and bad pointers refused (their HEADs are awaited here, before any append); a
+    store that fails the checks gets the partition KAFKA_STORAGE_ERROR (retriable)."""
+    refused: dict[tuple[str, int], LfsRecordsRefused | KafkaError] = {}
     for topic in body.topic_data:
         lfs = ctx.logs.policy(ctx.logs.topics().get(topic.name)).lfs
         if not (lfs.enabled or lfs.require_sdk):
@@ -92,7 +93,7 @@ async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, i
                 continue
             try:
                 await ctx.gateway.lfs.check_produce(topic.name, lfs, part.records)
-            except LfsRecordsRefused as exc:
+            except (LfsRecordsRefused, KafkaError) as exc:
                 refused[key] = exc
     return refused
 
@@ -176,7 +177,9 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 continue
             if key in lfs_refused:
                 refusal = lfs_refused[key]
-                results[key] = _refused(part.index, refusal.code, refusal.reason, refusal.indexes)
+                results[key] = (_refused(part.index, refusal.code, refusal.reason, refusal.indexes)
+                                if isinstance(refusal, LfsRecordsRefused)
+                                else _partition(part.index, refusal.code, message=str(refusal)))
                 continue
             check = verified.get(key)
             if transactional_id is not None and check is None:

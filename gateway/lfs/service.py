@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 
 import trio
 
-from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import META_PREFIX
 from kafscale.protocol.lfs import (
     CHECKSUMS,
@@ -314,14 +314,20 @@ class LfsService:
             if lfs.require_sdk and value is not None and len(value) >= lfs.min_bytes:
                 refused.setdefault(f"a value of {lfs.min_bytes} bytes or more must be an LFS pointer "
                                    "(kafscale.lfs.require_sdk)", []).append(index)
-        if lfs.require_sdk and pointers and not refused:
-            await self._check_pointers(topic, lfs, pointers, refused)
+        try:
+            if lfs.require_sdk and pointers and not refused:
+                await self._check_pointers(topic, lfs, pointers, refused)
+            if not refused:
+                await self._claim_all(topic, pointers)
+        except BaseException as exc:  # the checks run in nurseries: their failures come in groups
+            cause = _cause(exc)
+            if isinstance(cause, StorageError):  # retriable: the producer tries again
+                raise KafkaError(ErrorCode.kafka_storage_error, f"checking LFS pointers: {cause}") from None
+            raise
         if refused:
             reason, indexes = next(iter(refused.items()))
             self._metrics.lfs_validation_errors.labels("produce").inc(sum(len(i) for i in refused.values()))
             raise LfsRecordsRefused(reason, sorted(i for each in refused.values() for i in each))
-        for _, pointer in pointers:
-            await self._claim(topic, pointer)
         self._metrics.lfs_pointer_records.inc(len(pointers))
         return len(pointers)
 
@@ -348,6 +354,17 @@ class LfsService:
         async with trio.open_nursery() as nursery:
             for index, pointer in pointers:
                 nursery.start_soon(check, index, pointer)
+
+    async def _claim_all(self, topic: str, pointers: list[tuple[int, LfsPointer]]) -> None:
+        limiter = trio.CapacityLimiter(_HEADS_IN_FLIGHT)
+
+        async def claim(pointer: LfsPointer) -> None:
+            async with limiter:
+                await self._claim(topic, pointer)
+
+        async with trio.open_nursery() as nursery:
+            for _, pointer in pointers:
+                nursery.start_soon(claim, pointer)
 
     async def _claim(self, topic: str, pointer: LfsPointer) -> None:
         """A pointer names this object now: keep it (the clean-up reads last_pointer_ms)."""

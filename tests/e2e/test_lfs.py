@@ -428,3 +428,27 @@ def test_streams_of_unknown_size_upload_part_by_part(tmp_path, request, backend)
         assert client.read(sent[2]) == exact
     finally:
         gateway.stop()
+
+
+def test_a_store_that_fails_the_pointer_check_is_a_retriable_error(tmp_path):
+    """The HEAD of a pointer's object fails (the S3 server is gone): the partition gets
+    KAFKA_STORAGE_ERROR, which producers retry, and the gateway stays up."""
+    from tests.support.s3_server import MotoServer
+
+    (tmp_path / "moto").mkdir()
+    server = MotoServer(tmp_path / "moto")
+    gateway = GatewayProcess(tmp_path / "data", "--storage", server.location(), *server.gateway_args(),
+                             "--s3-retries", "0", "--s3-timeout-ms", "2000").start()
+    try:
+        _create_topic(gateway.bootstrap, "unstored", **{"kafscale.lfs.require_sdk": "true"})
+        client = _client(gateway)
+        pointer = client.upload("unstored", b"uploaded before the store went away")
+        _produce(gateway.bootstrap, "unstored", b"loads the partition")
+        server.stop()
+        with pytest.raises(KafkaException) as info:
+            _produce(gateway.bootstrap, "unstored", pointer.encode())
+        assert info.value.args[0].code() == 56, info.value.args[0]  # KAFKA_STORAGE_ERROR
+        assert gateway.process.poll() is None
+    finally:
+        gateway.stop()
+        server.stop()
