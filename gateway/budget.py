@@ -74,6 +74,10 @@ class ConnectionBudget:
         """Bytes this connection could still be charged for a large answer."""
         return max(min(self._budget.free_for_large, self.share - self.held), 0)
 
+    def available_alone(self) -> int:
+        """Bytes a connection holding one request could be charged: the large-answer budget."""
+        return self._budget.free_for_large
+
     def charge(self, size: int) -> None:
         """Account for bytes already in memory (a response being built or sent); may go
         over the budget, which then holds back new requests until it is sent."""
@@ -107,6 +111,12 @@ class RequestMemory:
         self.size = frame  # the frame plus the response charges
 
     def available(self) -> int:
+        """What this request may still charge: within its connection's share, or, when the
+        connection holds nothing but this request, all that large answers may use (as a lone
+        large frame may): an answer whose first batch is larger than the share (a topic's
+        max.message.bytes above connection_inflight_bytes) is served alone, never stalled."""
+        if self.account.held <= self.size:
+            return self.account.available_alone()
         return self.account.available()
 
     def charge(self, size: int) -> None:

@@ -3,16 +3,19 @@ unfinished frames and budget hogs that vanish, all at once. The gateway's reside
 stays within its configured bounds plus a stated margin, and a normal producer keeps
 getting acknowledgements throughout."""
 
+import os
 import socket
 import struct
 import threading
 import time
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafscale.protocol import build_batch, encode_frame
 from kafscale.protocol.messages import RequestHeader, encode_request
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kafka_reading import read_to_end
 from tests.support.wire_client import fetch, produce
 
 MIB = 2**20
@@ -137,3 +140,20 @@ def test_memory_stays_bounded_and_a_normal_client_is_served(tmp_path):
         assert "kafscale_inflight_request_bytes 0.0" in gateway.metrics()
     finally:
         gateway.kill()
+
+
+def test_a_batch_larger_than_a_connections_share_is_still_served(tmp_path):
+    """A topic whose max.message.bytes is above connection_inflight_bytes: its consumer's
+    fetch is served alone from the large-answer budget (it once got empty answers forever)."""
+    gateway = GatewayProcess(tmp_path / "data", "--connection-inflight-bytes", str(4 * MIB)).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        admin.create_topics([NewTopic("large", 1, 1, config={"max.message.bytes": str(12 * MIB)})])["large"].result(30)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "message.max.bytes": 12 * MIB})
+        value = os.urandom(9 * MIB)
+        producer.produce("large", value=value)
+        assert producer.flush(30) == 0
+        (message,) = read_to_end(gateway.bootstrap, "large", 1, timeout_s=30)
+        assert message.value() == value
+    finally:
+        gateway.stop()
