@@ -124,10 +124,7 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
     elif method == "GET" and parts == ["lfs", "objects"]:
         bucket = exchange.query.get("bucket", [""])[0]
         key = exchange.query.get("key", [""])[0]
-        owner = lfs.topic_of(key)
-        if owner is None:
-            raise HttpError(404, f"{key!r} is not an LFS object key")
-        _require(ctx, exchange, principal, Operation.READ, owner)
+        _require(ctx, exchange, principal, Operation.READ, lfs.owner_of(bucket, key))
         url = await lfs.download_url(bucket, key)
         if url is not None:
             await exchange.respond(307, b"", headers=[("Location", url)])

@@ -331,14 +331,31 @@ class LfsService:
         self._metrics.lfs_pointer_records.inc(len(pointers))
         return len(pointers)
 
+    def _place(self, topic: str, lfs: LfsPolicy) -> tuple[str, str]:
+        """(bucket, key prefix) of the topic's objects."""
+        return (lfs.bucket or self.objects.default_bucket(),
+                self.objects.full_key(f"{lfs.prefix or self._namespace}/{topic}/lfs/"))
+
+    def _names_an_object_of(self, topic: str, lfs: LfsPolicy, bucket: str, key: str) -> bool:
+        place_bucket, prefix = self._place(topic, lfs)
+        return bucket == place_bucket and key.startswith(prefix) and ".." not in key.split("/")
+
+    def owner_of(self, bucket: str, key: str) -> str:
+        """The topic whose object ``bucket``/``key`` is (a download is authorized on it); only
+        keys under a topic's LFS prefix, in its bucket, are served."""
+        topic = self.topic_of(key)
+        policy = None if topic is None else self._policy_of(topic)
+        if topic is None or policy is None or not self._names_an_object_of(topic, policy.lfs, bucket, key):
+            raise LfsRefused(404, f"{bucket}/{key} is not an LFS object of an existing topic")
+        return topic
+
     async def _check_pointers(self, topic: str, lfs: LfsPolicy, pointers: list[tuple[int, LfsPointer]],
                               refused: dict[str, list[int]]) -> None:
-        bucket = lfs.bucket or self.objects.default_bucket()
-        prefix = self.objects.full_key(f"{lfs.prefix or self._namespace}/{topic}/lfs/")
         limiter = trio.CapacityLimiter(_HEADS_IN_FLIGHT)
 
         async def check(index: int, pointer: LfsPointer) -> None:
-            if pointer.bucket != bucket or not pointer.key.startswith(prefix):
+            if not self._names_an_object_of(topic, lfs, pointer.bucket, pointer.key):
+                bucket, prefix = self._place(topic, lfs)
                 refused.setdefault(f"the pointer names {pointer.bucket}/{pointer.key}, not an object of topic "
                                    f"{topic!r} ({bucket}/{prefix}...)", []).append(index)
                 return

@@ -338,6 +338,16 @@ def test_unknown_lfs_routes_and_bad_heads(tmp_path):
         base = f"http://127.0.0.1:{gateway.http_port}"
         assert httpx.get(f"{base}/lfs/nothing", timeout=10).status_code == 404
         assert httpx.get(f"{base}/lfs/objects", params={"bucket": "local", "key": "x"}, timeout=10).status_code == 404
+        _create_topic(gateway.bootstrap, "served")
+        real = _client(gateway).upload("served", b"an object")
+        for bucket, key in [("local", "kafscale/served/lfs/../../../../etc/passwd"),  # out of the topic's prefix
+                            ("local", "../kafscale/served/lfs/2026/11/24/x"),
+                            ("elsewhere", real.key),  # another bucket
+                            ("local", real.key.replace("/served/", "/absent/"))]:  # no such topic
+            answer = httpx.get(f"{base}/lfs/objects", params={"bucket": bucket, "key": key}, timeout=10)
+            assert answer.status_code == 404, (bucket, key)
+        served = httpx.get(f"{base}/lfs/objects", params={"bucket": "local", "key": real.key}, timeout=10)
+        assert served.status_code == 200 and served.content == b"an object"
         assert httpx.post(f"{base}/metrics", timeout=10).status_code == 405
         assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
         with pytest.raises(LfsError):
