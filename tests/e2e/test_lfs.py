@@ -118,8 +118,9 @@ def test_a_1_gib_file_goes_through_the_sdk_and_comes_back_verified(lfs_gateway, 
             digest.update(chunk)
     assert digest.hexdigest() == expected
     growth = _peak_rss_mib(gateway.process.pid) - rss_before
+    print(f"{gateway.backend}: the gateway's peak RSS grew {growth:.1f} MiB during 1 GiB up and down")
     # The gateway-held store streams through bounded buffers; on S3 nothing passes through.
-    assert growth < (150 if gateway.backend == "filesystem" else 40), f"peak RSS grew {growth:.0f} MiB"
+    assert growth < (64 if gateway.backend == "filesystem" else 16), f"peak RSS grew {growth:.0f} MiB"
     metrics = httpx.get(f"http://127.0.0.1:{gateway.http_port}/metrics", timeout=10).text
     assert "kafscale_lfs_upload_bytes_total 1.073741824e+09" in metrics
     assert "kafscale_lfs_pointer_records_total 1.0" in metrics
