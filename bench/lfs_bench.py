@@ -61,7 +61,8 @@ def measure(broker: Broker, counter) -> dict:
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     big = str(128 * MIB)
-    for topic, configs in (("lfs", {"kafscale.lfs.enabled": "true", "max.message.bytes": big}),
+    for topic, configs in (("lfs", {"kafscale.lfs.enabled": "true", "kafscale.lfs.require_sdk": "true",
+                                    "max.message.bytes": big}),
                            ("raw", {"max.message.bytes": big})):
         admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
     workdir = Path(tempfile.mkdtemp())
@@ -108,11 +109,14 @@ def measure(broker: Broker, counter) -> dict:
         consumed = time.perf_counter() - started
         consumer.close()
         timings[topic] = (produced, consumed, _peak_rss_mib(broker) - rss_before)
+    heads = broker.metric("kafscale_lfs_head_latency_ms_count")
+    head_ms = broker.metric("kafscale_lfs_head_latency_ms_sum") / heads if heads else float("nan")
     client.close()
     for path in workdir.iterdir():
         path.unlink()
     workdir.rmdir()
-    return {"sdk": sdk_seconds, "plain": plain_seconds, "sdk_rss": sdk_rss, "timings": timings}
+    return {"sdk": sdk_seconds, "plain": plain_seconds, "sdk_rss": sdk_rss, "timings": timings,
+            "head_ms": head_ms, "heads": heads}
 
 
 def run() -> None:
@@ -130,6 +134,7 @@ def run() -> None:
                 produced, consumed, grown = result["timings"][topic]
                 row.append(f"{PAYLOADS * PAYLOAD_MIB / produced:,.0f} / {PAYLOADS * PAYLOAD_MIB / consumed:,.0f} "
                            f"MiB/s (+{grown:.0f} MiB peak RSS)")
+            row.append(f"{result['head_ms']:.1f} ms ({result['heads']:.0f} HEADs)")
             rows.append(row)
             print(" | ".join(rows[-1]))
     report.save(
@@ -140,7 +145,10 @@ def run() -> None:
         "filesystem through the gateway's endpoint) next to obstore's own multipart upload of the same file to the "
         f"same store. Then {PAYLOADS} payloads of {PAYLOAD_MIB} MiB produced (one confluent-kafka producer, flushed "
         "after each) and consumed: through LFS (SDK produce, SDK read with its check) and as raw values "
-        "(max.message.bytes 128 MiB). Peak RSS growth of the gateway (VmHWM) during each step.",
-        ["gateway", "store", "SDK upload", "plain multipart", "LFS produce / consume", "raw produce / consume"],
+        "(max.message.bytes 128 MiB). Peak RSS growth of the gateway (VmHWM) during each step. The LFS topic has "
+        "kafscale.lfs.require_sdk=true: each produced pointer costs the gateway one HEAD of its object before the "
+        "append; its mean latency is from kafscale_lfs_head_latency_ms.",
+        ["gateway", "store", "SDK upload", "plain multipart", "LFS produce / consume", "raw produce / consume",
+         "pointer HEAD, mean"],
         rows,
     )
