@@ -12,6 +12,7 @@ Both are blocking and run in worker threads.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,14 +60,20 @@ class PresignedObjects:
     presigned = True
 
     def __init__(self, bucket: str, prefix: str, options: S3Options, part_bytes: int) -> None:
-        import botocore.config
-        import botocore.session
-
         self._bucket = bucket
         self._prefix = f"{prefix}/" if prefix else ""
         self._part_bytes = part_bytes
+        self._options = options
+
+    @functools.cached_property
+    def _client(self):
+        """Made on first use: a gateway whose topics never use LFS never imports botocore."""
+        import botocore.config
+        import botocore.session
+
+        options = self._options
         session = botocore.session.get_session()
-        self._client = session.create_client(
+        return session.create_client(
             "s3", endpoint_url=options.endpoint, region_name=options.region or "us-east-1",
             aws_access_key_id=options.access_key_id, aws_secret_access_key=options.secret_access_key,
             config=botocore.config.Config(
