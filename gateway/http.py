@@ -13,7 +13,7 @@ from kafscale.protocol.layout import META_PREFIX
 
 from .context import GatewayContext
 from .http_exchange import HttpError, HttpExchange, HttpPeer
-from .lfs.http_api import serve_lfs
+from .http_lfs import serve_lfs
 from .security.tls import PrincipalMapper, TlsContext, TlsHandshakeFailed, tls_accept
 from .security.tls_stream import TlsStream
 

@@ -25,7 +25,7 @@ from typing import Protocol
 import crc32c
 
 __all__ = ["LfsPointer", "InvalidPointer", "CHECKSUMS", "new_checksum", "parse_pointer", "maybe_pointer",
-           "object_key", "object_id", "id_time_ms", "POINTER_LIMIT", "utc_now_rfc3339"]
+           "object_key", "object_id", "id_time_ms", "POINTER_LIMIT", "topic_of_key"]
 
 # A pointer is small; a value larger than this is never parsed as one.
 POINTER_LIMIT = 4096
@@ -166,5 +166,7 @@ def object_key(prefix: str, topic: str, identifier: str) -> str:
     return f"{prefix}/{topic}/lfs/{day:%Y/%m/%d}/{identifier}"
 
 
-def utc_now_rfc3339() -> str:
-    return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def topic_of_key(key: str) -> str | None:
+    """The topic of an object key made by :func:`object_key` (``.../{topic}/lfs/yyyy/mm/dd/{id}``)."""
+    parts = key.split("/")
+    return parts[-6] if len(parts) >= 6 and parts[-5] == "lfs" else None

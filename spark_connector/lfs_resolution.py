@@ -78,9 +78,9 @@ class _Objects:
         return data
 
 
-def _pointers(values: pa.Array) -> list[tuple[int, LfsPointer]]:
+def _pointers(values: list[bytes | None]) -> list[tuple[int, LfsPointer]]:
     found = []
-    for index, value in enumerate(values.to_pylist()):
+    for index, value in enumerate(values):
         if value is not None and maybe_pointer(value):
             found.append((index, parse_pointer(value)))
     return found
@@ -95,7 +95,7 @@ def resolve_pointers(batches: Iterator[pa.RecordBatch], options: ReadOptions,
         raise OptionError(f"option lfs.resolve must be one of {', '.join(MODES)}")
     objects = _Objects(options, location)
     for batch in batches:
-        values = batch.column("value")
+        values = batch.column("value").to_pylist()
         pointers = _pointers(values)
         if options.lfs_resolve == "uri":
             uris: list[str | None] = [None] * batch.num_rows
@@ -107,7 +107,7 @@ def resolve_pointers(batches: Iterator[pa.RecordBatch], options: ReadOptions,
         if not pointers:
             yield batch
             continue
-        yield from _inline(batch, values.to_pylist(), pointers, objects, options.lfs_max_bytes)
+        yield from _inline(batch, values, pointers, objects, options.lfs_max_bytes)
 
 
 def _inline(batch: pa.RecordBatch, values: list, pointers: list[tuple[int, LfsPointer]], objects: _Objects,

@@ -36,6 +36,7 @@ from kafscale.protocol.lfs import (
     object_id,
     object_key,
     parse_pointer,
+    topic_of_key,
 )
 from kafscale.protocol.records import iter_records, split_batches
 from kafscale.storage_backends import ObjectNotFound, StorageError
@@ -343,7 +344,7 @@ class LfsService:
     def owner_of(self, bucket: str, key: str) -> str:
         """The topic whose object ``bucket``/``key`` is (a download is authorized on it); only
         keys under a topic's LFS prefix, in its bucket, are served."""
-        topic = self.topic_of(key)
+        topic = topic_of_key(key)
         policy = None if topic is None else self._policy_of(topic)
         if topic is None or policy is None or not self._names_an_object_of(topic, policy.lfs, bucket, key):
             raise LfsRefused(404, f"{bucket}/{key} is not an LFS object of an existing topic")
@@ -397,12 +398,6 @@ class LfsService:
         await self._save(replace(upload, state="claimed", last_pointer_ms=_now_ms()))
 
     # -- downloads -------------------------------------------------------------------------
-
-    @staticmethod
-    def topic_of(key: str) -> str | None:
-        """The topic an LFS object key belongs to (``.../{topic}/lfs/yyyy/mm/dd/{id}``)."""
-        parts = key.split("/")
-        return parts[-6] if len(parts) >= 6 and parts[-5] == "lfs" else None
 
     async def download_url(self, bucket: str, key: str) -> str | None:
         return await self._thread(self.objects.download_url, bucket, key, self._config.lfs_upload_expiry_ms // 1000)

@@ -22,13 +22,13 @@ import base64
 import binascii
 from collections.abc import AsyncIterator
 
-from ..config import Listener
-from ..context import GatewayContext
-from ..http_exchange import HttpError, HttpExchange
-from ..security.access import ANONYMOUS, Session
-from ..security.acl import Operation, ResourceType
-from .objects import Part
-from .service import LfsRefused
+from .config import Listener
+from .context import GatewayContext
+from .http_exchange import HttpError, HttpExchange
+from .lfs import LfsRefused
+from .lfs.objects import Part
+from .security.access import ANONYMOUS, Session
+from .security.acl import Operation, ResourceType
 
 __all__ = ["serve_lfs"]
 
