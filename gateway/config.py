@@ -240,6 +240,9 @@ class LogConfig:
     flush_bytes: int = _opt(
         -1, "write a log object as soon as this many bytes wait (-1: 4 MiB on the filesystem, 8 MiB on S3)",
         minimum=-1)
+    fill_wait_ms: int = _opt(
+        5, "with no linger: under load (bytes arriving fast enough to add 256 KiB in this time), the longest "
+        "a log object waits to fill toward flush_bytes; fewer, larger objects cost less CPU (0: never)", minimum=0)
     segment_bytes: int = _opt(64 * 2**20, "largest segment object compaction writes", minimum=1024)
     compaction_delay_ms: int = _opt(
         -1, "longest a partition's records stay in shared log objects before compaction into a segment "

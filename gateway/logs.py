@@ -56,7 +56,7 @@ class SharedLog:
 
 
 def shared_log(store: AsyncStore, namespace: str, node_id: int, linger_ms: int, flush_bytes: int, *,
-               clustered: bool, live_nodes: Callable[[], set[int]],
+               clustered: bool, live_nodes: Callable[[], set[int]], fill_wait_ms: int = 0,
                on_new_writer: Callable[[], None] = lambda: None) -> SharedLog:
     """``clustered``: other gateways share the store (their writers are live; a writer of this
     node sealed whole goes on as a new one). Alone, every other writer is an earlier run of
@@ -64,7 +64,7 @@ def shared_log(store: AsyncStore, namespace: str, node_id: int, linger_ms: int, 
     damage = DamageReport()
     objects = LogObjects(store, namespace, damage)
     writer = LogWriter(store, namespace, node_id, objects, linger_ms, flush_bytes, clustered=clustered,
-                       on_new_writer=on_new_writer)
+                       fill_wait_ms=fill_wait_ms, on_new_writer=on_new_writer)
     fencer = Fencer(store, namespace, objects, lambda: writer.writer_id, live_nodes, damage, clustered=clustered)
     return SharedLog(damage, objects, writer, fencer)
 
@@ -80,7 +80,7 @@ class LogManager:
         self.cache: ByteLRU = ByteLRU(config.limits.cache_bytes)
         machinery = shared_log(store, config.storage.namespace, config.network.node_id, config.flush_linger_ms,
                                config.flush_max_bytes, clustered=self.clustered,
-                               live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
+                               fill_wait_ms=config.log.fill_wait_ms, live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
                                on_new_writer=self._fence_loaded)
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer

@@ -44,10 +44,10 @@ def store(request, tmp_path):
 class Node:
     """One gateway run's log machinery: its log objects, writer and partition logs."""
 
-    def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True):
+    def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True, fill_wait_ms=0):
         self.store = store
         machinery = shared_log(store, "ns", node_id, linger_ms, 1 << 20, clustered=not alone,
-                               live_nodes=lambda: {0, 1})  # wired as the log manager wires it
+                               live_nodes=lambda: {0, 1}, fill_wait_ms=fill_wait_ms)  # as the log manager wires it
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer
         self.settings = settings
@@ -94,6 +94,33 @@ async def test_every_partition_shares_one_object_per_flush(store, nursery):
     assert [log.high_watermark for log in logs] == [15] * 6
     assert _values(await logs[3].read(0, 1 << 20)) == [b"v%d" % i for i in range(15)]
     assert len(await _log_objects(store)) == 2  # the writer's opening slot and the one flush
+
+
+def _large_record_set(size, start):
+    batch = bytearray(build_batch([Record(0, 1000, b"k%d" % start, bytes(size))]))
+    return batch, split_batches(batch)
+
+
+async def test_without_linger_an_object_fills_under_load_but_a_trickle_never_waits(store, nursery):
+    node = await Node(store, linger_ms=0, fill_wait_ms=1000).start(nursery)
+    log = await node.open()
+    _, first = log.append(*_record_set())
+    await first.wait()  # after a quiet start: written at once
+    assert node.writer.objects_written == 1
+    # 300 KB arriving right after a flush took what was pending: the next object waits to fill.
+    _, heavy = log.append(*_large_record_set(300_000, 1))
+    await trio.sleep(0.05)
+    assert not heavy.done
+    _, joining = log.append(*_record_set(start=10))
+    await heavy.wait()
+    await joining.wait()
+    assert node.writer.objects_written == 2  # the two appends shared one object
+    await trio.sleep(0.3)
+    started = trio.current_time()
+    _, trickle = log.append(*_record_set(start=20))  # a few bytes after a pause: no wait
+    await trickle.wait()
+    assert trio.current_time() - started < 0.5
+    assert node.writer.objects_written == 3
 
 
 async def test_a_restart_reads_log_objects_and_offsets_continue(store, nursery):
