@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -238,7 +238,7 @@ class LogWriter:
                 batches.extend(header.at(position=position + header.position) for header in stamped)
                 parts.append(record_set)
                 position += len(record_set)
-            partition_log.written(entry, EntryBatches(parts[0] if len(parts) == 1 else b"".join(parts), batches))
+            partition_log.written(entry, EntryBatches(_cacheable(parts), batches))
             pending.ticket.finish()
         log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), len(data))
 
@@ -265,3 +265,13 @@ class LogWriter:
             log.warning("%s sealed %d partition(s) of this writer", found.key, len(sealed))
         return kept
 
+
+def _cacheable(parts: Sequence[bytes | bytearray | memoryview]) -> bytes | bytearray | memoryview:
+    """An entry's record sets as one buffer for the cache. A lone record set still in its
+    request's frame is kept as it is when it is most of that frame (the frame stays alive
+    while the entry is cached, so at most twice what the cache counts); otherwise copied."""
+    if len(parts) == 1:
+        part = parts[0]
+        if not isinstance(part, memoryview) or 2 * part.nbytes >= memoryview(part.obj).nbytes:
+            return part
+    return b"".join(parts)

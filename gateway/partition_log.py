@@ -112,7 +112,7 @@ class FlushTicket:
 class Pending:
     """Appends not yet handed to the writer."""
 
-    record_sets: list[tuple[bytearray, list[BatchHeader]]]
+    record_sets: list[tuple[bytearray | memoryview, list[BatchHeader]]]
     size: int
     ticket: FlushTicket
 
@@ -183,7 +183,7 @@ class PartitionLog:
 
     # -- produce ---------------------------------------------------------------------------
 
-    def append(self, record_set: bytearray, headers: list[BatchHeader], *,
+    def append(self, record_set: bytearray | memoryview, headers: list[BatchHeader], *,
                urgent: bool = False) -> tuple[int, FlushTicket]:
         """Assign offsets to a validated record set and queue it for the next flush
         (``urgent``: flushed without lingering).

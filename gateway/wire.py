@@ -85,7 +85,7 @@ class KafkaWire:
         """Bytes received and not yet cut into a frame."""
         return self._decoder.buffered
 
-    def next_frame(self) -> bytes | Violation | None:
+    def next_frame(self) -> bytearray | Violation | None:
         """The next complete frame, a violation (too large, negative size), or ``None`` until
         more bytes arrive. The caller holds memory for it, then asks :meth:`event_for`."""
         self._decoder.max_frame_size = self._max_frame if self.session.authenticated else self._max_unauthenticated_frame
@@ -94,10 +94,10 @@ class KafkaWire:
         except ProtocolError as exc:
             return Violation(exc)
 
-    def event_for(self, frame: bytes, now: float) -> WireEvent:
+    def event_for(self, frame: bytearray, now: float) -> WireEvent:
         """What a complete frame means on this connection at ``now`` (trio time)."""
         if self.session.raw_tokens:
-            return RawToken(frame)
+            return RawToken(bytes(frame))
         try:
             request = decode_request(frame)
         except UnsupportedVersion as exc:

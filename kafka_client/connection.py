@@ -58,7 +58,7 @@ class BrokerConnection:
             raise ConnectionLost(f"{self.address} answered request {answered}, expected {correlation_id}")
         return response
 
-    def _next_frame(self) -> bytes:
+    def _next_frame(self) -> bytearray:
         while (frame := self._decoder.next_frame()) is None:
             data = self._socket.recv(_RECEIVE_BYTES)
             if not data:

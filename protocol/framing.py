@@ -42,8 +42,9 @@ class FrameDecoder:
         (so a server can reserve memory before buffering the body), else ``None``."""
         return self._need
 
-    def next_frame(self) -> bytes | None:
-        """Return the next complete frame, or ``None`` if more data is needed.
+    def next_frame(self) -> bytearray | None:
+        """Return the next complete frame, or ``None`` if more data is needed. The frame is
+        the caller's to keep and change (a Produce request's records are stamped in it).
 
         :raises FrameTooLarge: the announced size exceeds ``max_frame_size``.
         :raises MalformedFrame: the announced size is negative.
@@ -60,8 +61,11 @@ class FrameDecoder:
             self._need = size
         if len(self._buffer) < self._need:
             return None
-        frame = bytes(self._buffer[: self._need])
-        del self._buffer[: self._need]
+        if len(self._buffer) == self._need:  # the usual case for a large request: no copy
+            frame, self._buffer = self._buffer, bytearray()
+        else:
+            frame = self._buffer[: self._need]
+            del self._buffer[: self._need]
         self._need = None
         return frame
 

@@ -22,6 +22,7 @@ from .entities import build
 from .errors import MalformedFrame, UnsupportedVersion
 from .guard import check_lengths
 from .legacy import legacy, target_version
+from .produce_request import decode_produce_body
 
 __all__ = [
     "RequestHeader",
@@ -108,8 +109,9 @@ def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise MalformedFrame("varint too long in request header")
 
 
-def decode_request(frame: bytes, *, strict: bool = False) -> Request:
-    """Decode one request frame (without its size prefix).
+def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> Request:
+    """Decode one request frame (without its size prefix). A Produce request's record sets
+    are memoryviews of ``frame`` (writable when it is a bytearray).
 
     :raises MalformedFrame: the header or body cannot be decoded (or, with
         ``strict``, bytes follow the body).
@@ -142,9 +144,12 @@ def decode_request(frame: bytes, *, strict: bool = False) -> Request:
     old = legacy(prefix.api_key, prefix.api_version)
     try:
         if old is not None and old.decode is not None:
-            values, end = old.decode_body(frame, pos)
+            values, end = old.decode_body(bytes(frame), pos)
             body, size = build(body_type, values), end - pos
+        elif prefix.api_key == ApiKey.PRODUCE:
+            body, size = decode_produce_body(body_type, frame, pos)  # its records not copied
         else:
+            frame = bytes(frame)  # kio reads only read-only buffers (a no-op for bytes)
             check_lengths(body_type, frame, pos)  # before kio: see guard.py
             body, size = _reader(body_type)(frame, pos)
     except MalformedFrame:
@@ -203,8 +208,9 @@ def encode_request(header: RequestHeader, body: Any) -> bytes:
     return out.getvalue()
 
 
-def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, api_version: int, payload: bytes | bytearray) -> tuple[int, Any]:
     """Decode a response payload; returns ``(correlation_id, body)``."""
+    payload = bytes(payload)  # kio reads only read-only buffers (a no-op for bytes)
     body_type = response_class(api_key, api_version)
     (correlation_id,) = struct.unpack_from(">i", payload, 0)
     pos = 4

@@ -39,7 +39,7 @@ def records_out_of_time(data: bytes | memoryview, header: BatchHeader, earliest:
     return [index for index, stamp in enumerate(timestamps) if not earliest <= stamp <= latest]
 
 
-def stamp_log_append_time(buffer: bytearray, header: BatchHeader, now_ms: int) -> BatchHeader:
+def stamp_log_append_time(buffer: bytearray | memoryview, header: BatchHeader, now_ms: int) -> BatchHeader:
     """Mark the batch at ``header.position`` LogAppendTime at ``now_ms``, as Kafka does: the
     timestamp type bit and the max timestamp change (readers give every record that time)."""
     at = header.position

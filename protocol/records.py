@@ -331,7 +331,7 @@ def _skip_headers(payload: bytes | memoryview, cursor: int, record_end: int, ind
 
 
 def restamp(
-    buffer: bytearray, headers: Sequence[BatchHeader], base_offset: int
+    buffer: bytearray | memoryview, headers: Sequence[BatchHeader], base_offset: int
 ) -> list[BatchHeader]:
     """Rewrite each batch's base offset so the record set starts at ``base_offset``.
 

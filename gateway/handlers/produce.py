@@ -55,8 +55,8 @@ class RecordsRefused(Exception):
         self.code, self.reason, self.indexes = code, reason, indexes
 
 
-def apply_policy(policy: TopicPolicy, records: bytearray, headers: list[BatchHeader],
-                 now_ms: int) -> tuple[bytearray, list[BatchHeader]]:
+def apply_policy(policy: TopicPolicy, records: bytearray | memoryview, headers: list[BatchHeader],
+                 now_ms: int) -> tuple[bytearray | memoryview, list[BatchHeader]]:
     """Check and rewrite a validated record set as the topic's configs ask, as Kafka's
     LogValidator does: CreateTime bounds, the topic's codec, LogAppendTime (keys on
     compacted topics are checked by the validating walk)."""
@@ -199,7 +199,9 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 )
                 continue
             try:
-                stored, headers = apply_policy(policy, bytearray(records), headers, now_ms)
+                # Stamped in place when the records are still in the request's own frame.
+                writable = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
+                stored, headers = apply_policy(policy, writable, headers, now_ms)
                 base_offset, ticket = target.append(stored, headers)
                 if check is not None:
                     check.done(target)
