@@ -35,7 +35,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObjectDirectory
 from kafscale.protocol.records import BatchHeader
-from kafscale.storage_backends import ObjectExists, ObjectNotFound, StorageError
+from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, StorageError
 
 from .log_objects import LogObjects, read_slot
 from .partition_log import PartitionLog, Pending
@@ -157,7 +157,8 @@ class LogWriter:
                 for record_set, stamped in pending.record_sets:
                     builder.append(partition_log.topic, partition_log.partition, record_set, stamped,
                                    partition_log.epoch, partition_log.topic_id)
-            data, directory = builder.encode(self.key(self.sequence), self.sequence, int(time.time() * 1000))
+            pieces, directory = builder.encode_pieces(self.key(self.sequence), self.sequence, int(time.time() * 1000))
+            data = Pieces(pieces)  # the record sets as appended, not joined into a copy
             while True:  # the same bytes, until the slot is decided
                 outcome = await self._put(directory, data)
                 if outcome is not None:
@@ -168,7 +169,7 @@ class LogWriter:
                 await self.store.wait_writable(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
             if outcome is directory:
-                self._written(directory, data, items)
+                self._written(directory, data.nbytes, items)
                 return
             items = self._apply_seal(outcome, items)
             self.sequence += 1
@@ -197,7 +198,7 @@ class LogWriter:
         log.warning("this gateway's writer was sealed; writing on as %s", self.writer_id)
         self.on_new_writer()
 
-    async def _put(self, directory: LogObjectDirectory, data: bytes) -> LogObjectDirectory | None:
+    async def _put(self, directory: LogObjectDirectory, data: Pieces) -> LogObjectDirectory | None:
         """Our directory once written; the directory found in the slot if it was taken;
         ``None`` while the outcome is unknown."""
         try:
@@ -222,12 +223,12 @@ class LogWriter:
         self.failing = None
         return directory
 
-    def _written(self, directory: LogObjectDirectory, data: bytes,
+    def _written(self, directory: LogObjectDirectory, size: int,
                  items: list[tuple[PartitionLog, Pending]]) -> None:
         self.sequence += 1
-        self.objects.add(directory, len(data))
+        self.objects.add(directory, size)
         self.objects_written += 1
-        self.bytes_written += len(data)
+        self.bytes_written += size
         for (partition_log, pending), entry in zip(items, directory.entries, strict=True):
             # Cached from the appended record sets, not as slices of the object: a slice would
             # keep the whole object alive while the cache counts only the entry.
@@ -240,7 +241,7 @@ class LogWriter:
                 position += len(record_set)
             partition_log.written(entry, EntryBatches(_cacheable(parts), batches))
             pending.ticket.finish()
-        log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), len(data))
+        log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), size)
 
     def _apply_seal(self, found: LogObjectDirectory, items: list[tuple[PartitionLog, Pending]]
                     ) -> list[tuple[PartitionLog, Pending]]:

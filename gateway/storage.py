@@ -12,7 +12,7 @@ from functools import partial
 
 import trio
 
-from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectInfo, ObjectStore, StorageError
+from kafscale.storage_backends import ObjectChanged, ObjectData, ObjectExists, ObjectInfo, ObjectStore, StorageError
 
 __all__ = ["AsyncStore"]
 
@@ -37,7 +37,7 @@ class AsyncStore:
     async def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
         await self._write(self.sync.put, key, data, durable=durable)
 
-    async def put_if_absent(self, key: str, data: bytes) -> str:
+    async def put_if_absent(self, key: str, data: ObjectData) -> str:
         """The new object's version (``""`` if the store did not say)."""
         return await self._write(self.sync.put_if_absent, key, data)
 

@@ -173,6 +173,13 @@ class LogObjectBuilder:
         self.size += len(record_set)
 
     def encode(self, key: str, sequence: int, created_ms: int) -> tuple[bytes, LogObjectDirectory]:
+        pieces, directory = self.encode_pieces(key, sequence, created_ms)
+        return b"".join(pieces), directory
+
+    def encode_pieces(self, key: str, sequence: int, created_ms: int
+                      ) -> tuple[list[bytes | bytearray | memoryview], LogObjectDirectory]:
+        """The object as its pieces in order (header, the record sets as appended, directory,
+        footer), for a store that writes them without joining them first."""
         topics: dict[tuple[str, bytes], int] = {}
         body: list[bytes | bytearray | memoryview] = []
         entries: list[LogEntry] = []
@@ -203,11 +210,14 @@ def encode_seal(key: str, sequence: int, created_ms: int, partitions: set[tuple[
         topics.setdefault((topic, bytes(16)), len(topics))
         entries.append(LogEntry(key, topic, partition, -1, -1, 0, 0, 0, 0, -1, 0))
     flags = FLAG_SEAL_ALL if seal_all else 0
-    return _assemble(key, KIND_SEAL, sequence, created_ms, flags, topics, entries, [], LOG_OBJECT_HEADER_SIZE)
+    pieces, directory = _assemble(key, KIND_SEAL, sequence, created_ms, flags, topics, entries, [],
+                                  LOG_OBJECT_HEADER_SIZE)
+    return b"".join(pieces), directory
 
 
 def _assemble(key: str, kind: int, sequence: int, created_ms: int, flags: int, topics: dict[tuple[str, bytes], int],
-              entries: list[LogEntry], body: list, directory_pos: int) -> tuple[bytes, LogObjectDirectory]:
+              entries: list[LogEntry], body: list, directory_pos: int
+              ) -> tuple[list[bytes | bytearray | memoryview], LogObjectDirectory]:
     header = _HEADER.pack(MAGIC, VERSION, kind, sequence, created_ms, len(entries), flags)
     directory = bytearray(header + _COUNT.pack(len(topics)))
     for name, topic_id in topics:
@@ -220,8 +230,8 @@ def _assemble(key: str, kind: int, sequence: int, created_ms: int, flags: int, t
             entry.leader_epoch)
     crc = crc32c(directory)
     footer = _FOOTER.pack(directory_pos, len(directory), crc, 0, FOOTER_MAGIC)
-    data = b"".join([header, *body, directory, footer])
-    return data, LogObjectDirectory(key, sequence, kind, created_ms, tuple(entries), bool(flags & FLAG_SEAL_ALL))
+    return [header, *body, directory, footer], LogObjectDirectory(key, sequence, kind, created_ms, tuple(entries),
+                                                                bool(flags & FLAG_SEAL_ALL))
 
 
 def directory_span(size: int, tail: bytes) -> tuple[int, int]:

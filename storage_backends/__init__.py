@@ -1,6 +1,16 @@
 """Object-store adapters behind one small interface (see :mod:`.base`)."""
 
-from .base import ObjectChanged, ObjectExists, ObjectInfo, ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
+from .base import (
+    ObjectChanged,
+    ObjectData,
+    ObjectExists,
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStore,
+    Pieces,
+    StorageError,
+    StorageUnavailable,
+)
 from .factory import open_store
 from .obstore_backend import LocalBackend, MemoryBackend, ObstoreBackend
 from .s3 import S3Backend, S3Options
@@ -10,10 +20,12 @@ __all__ = [
     "MemoryBackend",
     "ObjectExists",
     "ObjectChanged",
+    "ObjectData",
     "ObjectInfo",
     "ObjectNotFound",
     "ObjectStore",
     "ObstoreBackend",
+    "Pieces",
     "S3Backend",
     "S3Options",
     "StorageError",

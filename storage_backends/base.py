@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "ObjectData",
+    "Pieces",
+    "joined",
     "ObjectInfo",
     "ObjectStore",
     "StorageError",
@@ -42,6 +45,25 @@ class StorageUnavailable(StorageError):
     """The store could not be reached or failed the request (retriable)."""
 
 
+class Pieces(tuple):
+    """One object's bytes as the buffers that make it up, in order: written as they are where
+    the store can (the filesystem writes them with one writev), joined once where it cannot."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(memoryview(piece).nbytes for piece in self)
+
+
+ObjectData = bytes | bytearray | memoryview | Pieces
+
+
+def joined(data: ObjectData) -> bytes | bytearray | memoryview:
+    """``data`` as one buffer (``Pieces`` joined; anything else as it is)."""
+    return b"".join(data) if isinstance(data, Pieces) else data
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
     key: str
@@ -56,7 +78,7 @@ class ObjectStore(Protocol):
         """Write (or replace) the object at ``key``; durable when this returns unless
         ``durable=False`` (for derived data that can be rebuilt, e.g. indexes)."""
 
-    def put_if_absent(self, key: str, data: bytes) -> str:
+    def put_if_absent(self, key: str, data: ObjectData) -> str:
         """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists.
         Returns its version (as :meth:`get_versioned` gives it; ``""`` if the store did not say)."""
 

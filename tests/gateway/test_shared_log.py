@@ -22,6 +22,7 @@ from kafscale.protocol.layout import log_prefix, parse_segment_key, segment_key
 from kafscale.protocol.records import Record, restamp, split_batches
 from kafscale.protocol.segment import SegmentBuilder
 from kafscale.storage_backends import LocalBackend, MemoryBackend, StorageUnavailable
+from kafscale.storage_backends.base import joined
 
 SETTINGS = LogSettings("ns", segment_bytes=1 << 20, index_interval=4)
 
@@ -537,7 +538,7 @@ class FailingLogPuts(MemoryBackend):
     down: str | None = None
 
     def put_if_absent(self, key, data):
-        if self.down and self.down in key and data[6:8] == b"\x00\x00":  # kind 0: data
+        if self.down and self.down in key and joined(data)[6:8] == b"\x00\x00":  # kind 0: data
             raise StorageUnavailable("injected: the PUT's answer was lost")
         return super().put_if_absent(key, data)
 

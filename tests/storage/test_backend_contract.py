@@ -11,6 +11,7 @@ from kafscale.storage_backends import (
     ObjectExists,
     ObjectNotFound,
     ObjectStore,
+    Pieces,
     open_store,
 )
 
@@ -86,6 +87,20 @@ def test_put_if_absent_has_one_winner(store):
     with pytest.raises(ObjectExists):
         store.put_if_absent("k", b"second")
     assert store.get("k") == b"first"
+
+
+def test_an_object_given_as_pieces_is_written_as_their_bytes_in_order(store):
+    frame = bytearray(b"....records-in-a-frame....")
+    pieces = Pieces([b"head", memoryview(frame)[4:22], bytearray(b""), b"x" * 70_000, memoryview(b"tail")])
+    version = store.put_if_absent("pieces", pieces)
+    assert store.get("pieces") == b"head" + bytes(frame[4:22]) + b"x" * 70_000 + b"tail"
+    assert pieces.nbytes == len(store.get("pieces"))
+    assert version == "" or store.get_versioned("pieces")[1] == version
+    many = Pieces(b"%d," % i for i in range(3000))  # more than one writev takes
+    store.put_if_absent("many", many)
+    assert store.get("many") == b"".join(many)
+    with pytest.raises(ObjectExists):
+        store.put_if_absent("pieces", Pieces([b"other"]))
 
 
 def _race(writers: int, write, lost: type[Exception]) -> list[int]:
