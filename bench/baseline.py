@@ -35,6 +35,7 @@ def gateway_command(ref: str) -> tuple[list[str], dict[str, str]]:
         base.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "worktree", "add", "--detach", str(worktree), commit], cwd=ROOT, check=True,
                        capture_output=True)
+    _build_extensions(worktree)
     package = shim / "kafscale"
     if not package.exists():
         package.mkdir(parents=True)
@@ -45,6 +46,19 @@ def gateway_command(ref: str) -> tuple[list[str], dict[str, str]]:
             (package / folder).symlink_to(worktree / folder)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), sysconfig.get_paths()["purelib"]])}
     return [sys.executable, "-S", "-m", "kafscale.gateway.cli"], env
+
+
+def _build_extensions(worktree: Path) -> None:
+    """Compile the commit's C extensions in place (they are not in git; without them its
+    protocol code falls back to the pure-Python reference and would be measured slower
+    than it is)."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    include = sysconfig.get_paths()["include"]
+    for source in sorted((worktree / "protocol").glob("_*.c")):
+        target = source.with_name(source.stem + suffix)
+        if not target.exists():
+            subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{include}", str(source), "-o", str(target)],
+                           check=True)
 
 
 def versions(current: str) -> list[tuple[str, list[str], dict[str, str] | None]]:

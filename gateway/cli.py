@@ -8,7 +8,7 @@ import sys
 import trio
 
 from .config import ConfigError, load_config
-from .heap import return_large_buffers
+from .heap import collect_rarely, return_large_buffers
 from .logsetup import setup_logging
 from .server import StartupError, serve
 
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(config.logging.log_level, config.logging.log_format)
     return_large_buffers()
+    collect_rarely()
     try:
         trio.run(_run, config)
     except (StartupError, BaseExceptionGroup) as exc:
