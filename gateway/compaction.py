@@ -244,7 +244,9 @@ class Compactor:
                     continue  # not fenced yet: its next slots may still be written
                 # The seal itself stays: deleting it would let a late PUT of that writer land.
                 candidates = [d for d in directories if d.sequence < sealed.sequence]
-            for directory in candidates:
+            for checked, directory in enumerate(candidates):
+                if checked % 256 == 255:
+                    await trio.lowlevel.checkpoint()  # thousands wait after a burst: let requests in
                 if damaged(directory.key):
                     continue  # kept for inspection (its lost offsets are reported, and stay lost)
                 if directory.entries and not directory.is_seal:
