@@ -24,11 +24,12 @@ import trio
 
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import ErrorCode, KafkaError, SegmentFormatError
+from kafscale.protocol.index import SegmentIndex
 from kafscale.protocol.layout import index_key, partition_prefix, transaction_state_key
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, StoredSegment, pieces_from
 from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
-from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
+from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from . import stored_log
@@ -117,6 +118,31 @@ class Pending:
     ticket: FlushTicket
 
 
+WINDOW_BYTES = 8 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentWindow:
+    """A span of a large segment's batches (positions relative to ``data``), each
+    CRC-checked when read."""
+
+    data: bytes | bytearray | memoryview
+    batches: list[BatchHeader]
+    stop: int  # where in the segment this window ends (the next one starts)
+    damaged: tuple[tuple[int, int], ...] = ()
+
+    def batch_bytes(self, header: BatchHeader) -> memoryview:
+        return memoryview(self.data)[header.position : header.position + header.size]
+
+    @property
+    def gaps(self) -> bool:
+        return True  # a cleaned segment may skip offsets between its batches
+
+
+class _ReadWhole(Exception):
+    """A window did not read back as whole batches: the segment is read whole instead."""
+
+
 class PartitionLog:
     def __init__(
         self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU,
@@ -154,6 +180,7 @@ class PartitionLog:
         self.fenced = False
         self.producers: ProducerStates[FlushTicket] = ProducerStates()
         self.segment_max_timestamps: dict[str, int] = {}
+        self._indexes: dict[str, SegmentIndex | None] = {}  # of large segments read in windows
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
@@ -268,6 +295,9 @@ class PartitionLog:
         self.pieces = pieces
         self._bases = [piece.base_offset for piece in pieces]
         self._uncompacted_bytes = None
+        if self._indexes:
+            current = {piece.cache_key for piece in pieces}
+            self._indexes = {key: index for key, index in self._indexes.items() if key in current}
 
     # -- maintenance results, applied by the log (callers hold ``maintenance``) --------------
 
@@ -300,6 +330,7 @@ class PartitionLog:
         """The cleaner rewrote ``old`` in place as ``new``: the same offsets, fewer records."""
         self.replace_pieces([new if p is old else p for p in self.pieces])
         self.cache.discard(old.cache_key)
+        self.cache.discard_prefix(f"{old.cache_key}+")  # its windows
         self.segment_max_timestamps.pop(old.cache_key, None)
         self.segment_max_timestamps[new.cache_key] = max_timestamp
 
@@ -407,6 +438,38 @@ class PartitionLog:
             event.set()
         self._waiters.clear()
 
+    async def _load_for(self, piece: Piece, offset: int, after: int | None = None) -> Segment | EntryBatches | SegmentWindow:
+        """What serves ``offset`` of a piece: the piece whole (through the cache), or, for a
+        segment over ``2 * WINDOW_BYTES`` not cached whole, the window of it that holds the
+        offset. A consumer of many partitions then holds a few MiB of each in the cache, not
+        a 64 MiB segment each, which evicted one another and were read again and again."""
+        if piece.kind != SEGMENT or piece.size <= 2 * WINDOW_BYTES or self.cached(piece):
+            return await self.load_piece(piece)
+        if piece.cache_key not in self._indexes:
+            try:
+                self._indexes[piece.cache_key] = await stored_log.read(self.store, reads.segment_index(piece))
+            except StorageError as exc:
+                raise KafkaError(ErrorCode.kafka_storage_error, f"reading the index of {piece.key}: {exc}") from exc
+        index = self._indexes[piece.cache_key]
+        bounds = None if index is None else reads.segment_window(piece, index, offset, WINDOW_BYTES, after)
+        if bounds is None:
+            return await self.load_piece(piece)
+        start, stop = bounds
+        try:
+            return await self.cache.load(f"{piece.cache_key}+{start}", stop - start,
+                                         lambda: self._fetch_window(piece, start, stop))
+        except _ReadWhole:
+            return await self.load_piece(piece)
+
+    async def _fetch_window(self, piece: Piece, start: int, stop: int) -> SegmentWindow:
+        try:
+            span = await stored_log.read(self.store, reads.window_span(piece, start, stop))
+        except StorageError as exc:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc
+        if not isinstance(span, tuple):
+            raise _ReadWhole  # damaged or merged away: the whole read decides
+        return SegmentWindow(*span, stop=stop)
+
     async def read(self, offset: int, max_bytes: int, *, allow_oversize: bool = True,
                    end: int | None = None) -> bytes:
         """Stored batches from the one holding ``offset``, up to ``max_bytes``, and below
@@ -421,6 +484,7 @@ class PartitionLog:
         total = 0
         slot = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         pieces = self.pieces
+        after: int | None = None  # where the window of a large segment read last ended
         while slot < len(pieces) and offset < end:
             piece = pieces[slot]
             slot += 1
@@ -428,7 +492,8 @@ class PartitionLog:
                 continue
             if piece.base_offset > offset:
                 break  # offsets in no piece: a log object whose directory is damaged
-            stored = await self.load_piece(piece)
+            stored = await self._load_for(piece, offset, after)
+            after = None
             for batch in stored.batches:
                 if batch.last_offset < offset:
                     continue
@@ -441,6 +506,10 @@ class PartitionLog:
                 parts.append(stored.batch_bytes(batch))
                 total += batch.size
                 offset = batch.last_offset + 1
+            if isinstance(stored, SegmentWindow) and offset <= piece.last_offset \
+                    and stored.stop < piece.size - SEGMENT_FOOTER_SIZE and offset > stored.batches[-1].last_offset:
+                slot, after = slot - 1, stored.stop  # the segment's next window
+                continue
             if offset <= piece.last_offset:
                 if not stored.gaps:
                     break
@@ -479,6 +548,7 @@ class PartitionLog:
             self.log_start_offset = max(self.log_start_offset, piece.last_offset + 1)
             self.replace_pieces([p for p in self.pieces if p is not piece])
             self.cache.discard(piece.cache_key)
+            self.cache.discard_prefix(f"{piece.cache_key}+")  # its windows
             if piece.entry is None:
                 await self.store.delete(piece.key)
                 await self.store.delete(index_key(self.settings.namespace, self.topic, self.partition,

@@ -18,6 +18,7 @@ thread pool (``spark_connector/stored_log.py``); both apply the same rules:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -39,6 +40,8 @@ __all__ = [
     "LOAD_WHOLE",
     "segment_index",
     "segment_span",
+    "segment_window",
+    "window_span",
     "first_at_timestamp",
     "first_in_spans",
     "Read",
@@ -336,3 +339,39 @@ def gather(readers: Iterable[Reader[T]]) -> Reader[list[T | SegmentFormatError]]
             advance(index, reader, answers[position:position + len(step)])
             position += len(step)
     return results
+
+
+def segment_window(piece: Piece, index: SegmentIndex, offset: int, window_bytes: int,
+                   after: int | None = None) -> tuple[int, int] | None:
+    """The byte range ``[start, stop)`` of a segment to read for ``offset`` in one bounded
+    piece: from the last index entry at or before it (or, given ``after``, the end of the
+    window read before, so a gap left by cleaning never reads the same window again) to the
+    first entry at least ``window_bytes`` further (or the end of the body). ``None`` when
+    the index does not fit the piece (the caller reads it whole)."""
+    body_end = piece.size - SEGMENT_FOOTER_SIZE
+    entries = index.entries
+    if after is None:
+        slot = max(bisect.bisect_right([entry.offset for entry in entries], offset) - 1, 0)
+    else:
+        slot = bisect.bisect_left([entry.position for entry in entries], after)
+        if slot >= len(entries) or entries[slot].position != after:
+            return None
+    start = entries[slot].position
+    stop = next((entry.position for entry in entries[slot + 1:] if entry.position >= start + window_bytes), body_end)
+    if not SEGMENT_HEADER_SIZE <= start < stop <= body_end:
+        return None
+    return start, stop
+
+
+def window_span(piece: Piece, start: int, stop: int) -> Reader[tuple[bytes, list[BatchHeader]] | _LoadWhole]:
+    """The batches of a segment's bytes ``[start, stop)`` (each CRC-checked: the segment's
+    own CRC covers the whole object). :data:`LOAD_WHOLE` when they do not read back as whole
+    batches (damaged, or merged away since): the whole read decides."""
+    (span,) = yield [ReadRange(piece.key, start, stop)]
+    if span is MISSING:
+        return LOAD_WHOLE
+    try:
+        batches = split_batches(span)
+    except (SegmentFormatError, CorruptBatch):
+        return LOAD_WHOLE
+    return (span, batches) if batches else LOAD_WHOLE

@@ -331,6 +331,86 @@ async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_ob
     assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(200)]
 
 
+class CountingReads(MemoryBackend):
+    """Counts whole-object and ranged reads of segments."""
+
+    def __init__(self):
+        super().__init__()
+        self.whole, self.ranged = 0, 0
+
+    def get(self, key):
+        self.whole += key.endswith(".kfs")
+        return super().get(key)
+
+    def get_range(self, key, start, end):
+        self.ranged += key.endswith(".kfs")
+        return super().get_range(key, start, end)
+
+
+async def test_a_large_segment_is_read_in_windows_its_index_bounds(nursery, monkeypatch):
+    from kafscale.gateway import compaction, partition_log
+
+    monkeypatch.setattr(partition_log, "WINDOW_BYTES", 1024)
+    monkeypatch.setattr(compaction, "INDEX_MIN_BYTES", 1024)
+    backend = CountingReads()
+    store = AsyncStore(backend, 4)
+    node = await Node(store, settings=replace(SETTINGS, segment_bytes=1 << 20)).start(nursery)
+    log = await node.open(1)
+    for i in range(60):
+        _, ticket = log.append(*_record_set(n=20, start=i * 20))
+        await ticket.wait()
+    await Compactor(_Manager(store, node, [log])).pass_once(everything=True)
+    (segment,) = [p for p in log.pieces if p.kind == "segment"]
+    assert segment.size > 8 * 1024
+
+    again = await Node(store).start(nursery)
+    fresh = await again.open(1)
+    fresh.cache.discard(segment.cache_key)  # recovery read the last segment whole: a consumer would not
+    values, offset = [], 0
+    backend.whole = backend.ranged = 0
+    while offset < 1200:
+        data = await fresh.read(offset, 1500)
+        batch_values = _values(data)
+        values += batch_values[: 1200 - offset] if offset == 0 else batch_values
+        offset = split_batches(data)[-1].last_offset + 1
+    assert values == [b"v%d" % i for i in range(1200)]
+    assert backend.whole == 0 and backend.ranged > 8  # window by window, never the whole segment
+    everything = await fresh.read(0, 1 << 20)  # one read across windows
+    assert _values(everything) == [b"v%d" % i for i in range(1200)]
+
+
+async def test_windows_of_a_cleaned_segment_read_across_its_gaps(nursery, monkeypatch):
+    """A gap left by cleaning at a window's end: the next window is read, never the same again."""
+    from kafscale.gateway import partition_log
+    from kafscale.protocol.index import build_index
+    from kafscale.protocol.layout import index_key
+    from kafscale.protocol.segment import read_segment
+
+    monkeypatch.setattr(partition_log, "WINDOW_BYTES", 1024)
+    builder = SegmentBuilder(0)
+    expected = []
+    for number in range(12):
+        start = number * 100
+        builder.skip_to(start)  # offsets between batches were cleaned away
+        batch = bytearray(build_batch([Record(i, 1000, b"k%d" % (start + i), b"v%d-" % (start + i) + bytes(60))
+                                       for i in range(10)]))
+        builder.append(batch, restamp(batch, split_batches(batch), start))
+        expected += [b"v%d-" % (start + i) + bytes(60) for i in range(10)]
+    builder.skip_to(1200)
+    data = bytes(builder.seal(0))
+    segment = read_segment(data)
+    backend = CountingReads()
+    backend.put(segment_key("ns", "t", 0, 0), data)
+    backend.put(index_key("ns", "t", 0, 0), build_index(segment.batches, 10, len(data)).encode())
+    node = await Node(AsyncStore(backend, 4)).start(nursery)
+    log = await node.open(0)
+    log.cache.discard(f"{segment_key('ns', 't', 0, 0)}@{len(data)}")  # as a consumer would find it
+    backend.whole = backend.ranged = 0
+    assert _values(await log.read(0, 1 << 20)) == expected
+    assert backend.whole == 0 and backend.ranged >= 4
+    assert _values(await log.read(150, 1 << 20)) == expected[20:]  # from inside a gap
+
+
 async def test_compaction_takes_at_most_its_share_of_time(autojump_clock, monkeypatch):
     """After each segment the compactor pauses so that its work is at most its time share."""
     from kafscale.gateway import compaction
