@@ -51,6 +51,7 @@ log = logging.getLogger("kafscale.connection")
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 _SEND_CHUNK = 1 << 20  # a response goes out in pieces, each under the stall timeout
 _SIZE = struct.Struct(">i")
+_DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
 
 
 class _Slot:
@@ -79,6 +80,8 @@ class Connection:
         self.peer = peer
         self.reader_scope = trio.CancelScope()
         self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
+        # The socket under a plain TCP stream, which large request bodies are received from directly.
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
 
     def stop_reading(self) -> None:
         """Graceful shutdown: answer what was read, read nothing more."""
@@ -120,6 +123,17 @@ class Connection:
             if self.unanswered == 0:
                 raise _Closing(f"idle for {config.limits.connections_max_idle_ms} ms")
 
+    async def _receive_into(self, view: memoryview, request_deadline: float) -> int:
+        """Bytes received into ``view`` (0: the client closed the connection), by the request's
+        deadline. Only a plain TCP stream's socket is read this way (TLS decrypts in chunks)."""
+        assert self._socket is not None
+        with trio.CancelScope(deadline=request_deadline):
+            try:
+                return await self._socket.recv_into(view)
+            except OSError:
+                return 0  # the client reset the connection
+        raise _Closing(f"a request not complete {self.ctx.config.limits.connection_stall_ms} ms after it started")
+
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
         wire = KafkaWire(self.session, config.limits.max_frame_bytes, config.limits.sasl_max_receive_bytes)
@@ -144,6 +158,16 @@ class Connection:
                     request_deadline = None
                 if request_deadline is None and (wire.buffered or wire.pending_size is not None):
                     request_deadline = trio.current_time() + stall
+                # A large body whose memory is held is received straight into the frame: one
+                # copy and one receive for what would be many chunks through a buffer.
+                view = wire.body_view() if reserved >= _DIRECT_MIN and self._socket is not None else None
+                if view is not None:
+                    count = await self._receive_into(view, request_deadline or trio.current_time() + stall)
+                    if not count:
+                        return
+                    self._ack_now()
+                    wire.received_into(count)
+                    continue
                 data = await self._receive(request_deadline)
                 if not data:
                     return

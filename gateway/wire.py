@@ -80,6 +80,14 @@ class KafkaWire:
         """The announced size of the frame being received, once its size prefix is in."""
         return self._decoder.pending_size
 
+    def body_view(self) -> memoryview | None:
+        """Where the rest of the pending frame's body can be received directly (see
+        :meth:`FrameDecoder.body_view`); the caller holds memory for the whole frame."""
+        return self._decoder.body_view()
+
+    def received_into(self, count: int) -> None:
+        self._decoder.received_into(count)
+
     @property
     def buffered(self) -> int:
         """Bytes received and not yet cut into a frame."""

@@ -3,7 +3,10 @@
 Bytes go in with :meth:`FrameDecoder.feed`; complete frames come out of
 :meth:`FrameDecoder.next_frame`. The size prefix is checked against a limit
 *before* any of the body is buffered, so a hostile prefix cannot make us
-allocate.
+allocate. A large frame's body can instead be received straight into the frame
+(:meth:`FrameDecoder.body_view`, then :meth:`FrameDecoder.received_into`): one
+copy from the kernel and one receive call for the whole body, not a chunk at a time
+through a buffer.
 """
 
 from __future__ import annotations
@@ -27,14 +30,44 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self._buffer = bytearray()
         self._need: int | None = None  # body size of the frame being assembled
+        self._frame: bytearray | None = None  # that body, when received straight into it
+        self._filled = 0
 
     def feed(self, data: bytes) -> None:
+        if self._frame is not None:  # the rest of a body being received directly first
+            take = min(len(data), len(self._frame) - self._filled)
+            self._frame[self._filled:self._filled + take] = data[:take]
+            self._filled += take
+            data = data[take:]
         self._buffer += data
+
+    def body_view(self) -> memoryview | None:
+        """Where the rest of the pending frame's body can be received directly, once its
+        size prefix is in (``None`` before, and once the body is whole). The caller
+        reports what it wrote with :meth:`received_into`; it must hold memory for the
+        whole frame first (the body is allocated here)."""
+        if self._need is None:
+            return None
+        if self._frame is None:
+            self._frame = bytearray(self._need)
+            have = min(len(self._buffer), self._need)
+            self._frame[:have] = self._buffer[:have]
+            del self._buffer[:have]
+            self._filled = have
+        if self._filled == self._need:
+            return None
+        return memoryview(self._frame)[self._filled:]
+
+    def received_into(self, count: int) -> None:
+        """``count`` bytes were written at the start of the last :meth:`body_view`."""
+        if self._frame is None or count < 0 or self._filled + count > len(self._frame):
+            raise ValueError("received_into without room in a body view")
+        self._filled += count
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return len(self._buffer)
+        return len(self._buffer) + self._filled
 
     @property
     def pending_size(self) -> int | None:
@@ -59,6 +92,11 @@ class FrameDecoder:
                 raise FrameTooLarge(size, self.max_frame_size)
             del self._buffer[:4]
             self._need = size
+        if self._frame is not None:
+            if self._filled < self._need:
+                return None
+            frame, self._frame, self._filled, self._need = self._frame, None, 0, None
+            return frame
         if len(self._buffer) < self._need:
             return None
         if len(self._buffer) == self._need:  # the usual case for a large request: no copy
