@@ -36,7 +36,8 @@ def commit() -> str:
         return "unknown"
 
 
-def save(section: str, title: str, command: str, notes: str, headers: list[str], rows: list[list]) -> None:
+def save(section: str, title: str, command: str, notes: str, headers: list[str], rows: list[list],
+         afterword: str = "") -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     record = {
         "title": title,
@@ -44,6 +45,7 @@ def save(section: str, title: str, command: str, notes: str, headers: list[str],
         "notes": notes,
         "headers": headers,
         "rows": rows,
+        "afterword": afterword,
         "machine": machine(),
         "commit": commit(),
         "date": time.strftime("%Y-%m-%d"),
@@ -71,6 +73,8 @@ def render() -> str:
         for row in record["rows"]:
             lines.append("| " + " | ".join(str(cell) for cell in row) + " |")
         lines.append("")
+        if record.get("afterword"):
+            lines += [record["afterword"], ""]
     return "\n".join(lines)
 
 
