@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
@@ -122,17 +122,11 @@ WINDOW_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
-class SegmentWindow:
+class SegmentWindow(EntryBatches):
     """A span of a large segment's batches (positions relative to ``data``), each
     CRC-checked when read."""
 
-    data: bytes | bytearray | memoryview
-    batches: list[BatchHeader]
-    stop: int  # where in the segment this window ends (the next one starts)
-    damaged: tuple[tuple[int, int], ...] = ()
-
-    def batch_bytes(self, header: BatchHeader) -> memoryview:
-        return memoryview(self.data)[header.position : header.position + header.size]
+    stop: int = field(kw_only=True)  # where in the segment this window ends (the next one starts)
 
     @property
     def gaps(self) -> bool:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import datetime
 import struct
+import sys
+from functools import cache
 from typing import Any
 
 from .errors import MalformedFrame
@@ -107,11 +109,17 @@ class _Reader:
             self.take(self.uvarint())
 
 
+@cache
+def _nested_types(body_type: Any) -> tuple[Any, Any]:
+    """kio's topic and partition entities of the same version as ``body_type``."""
+    module = sys.modules[body_type.__module__]
+    return module.TopicProduceData, module.PartitionProduceData
+
+
 def decode_produce_body(body_type: Any, frame: bytes | bytearray, pos: int) -> tuple[Any, int]:
     """A ``ProduceRequest`` of kio's ``body_type`` (v3 and later) from ``frame[pos:]``, and its
     size; each partition's records a memoryview of ``frame``."""
-    module = __import__(body_type.__module__, fromlist=["TopicProduceData", "PartitionProduceData"])
-    topic_type, partition_type = module.TopicProduceData, module.PartitionProduceData
+    topic_type, partition_type = _nested_types(body_type)
     flexible = bool(body_type.__flexible__)
     reader = _Reader(frame, pos)
     transactional_id = reader.string(flexible, nullable=True)

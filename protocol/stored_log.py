@@ -299,16 +299,10 @@ def segment_span(piece: Piece, start: int, end: int) -> Reader[tuple[bytes, list
                 piece.size - SEGMENT_FOOTER_SIZE)
     if not SEGMENT_HEADER_SIZE <= first.position < stop <= piece.size - SEGMENT_FOOTER_SIZE:
         return LOAD_WHOLE
-    (span,) = yield [ReadRange(piece.key, first.position, stop)]
-    if span is MISSING:
-        return LOAD_WHOLE  # merged away since: the whole read finds where its offsets are now
-    try:
-        batches = split_batches(span)
-    except (SegmentFormatError, CorruptBatch):
-        return LOAD_WHOLE  # damaged or not what the index says: the whole read decides
-    if not batches or batches[0].base_offset != first.offset:
-        return LOAD_WHOLE
-    return span, batches
+    read = yield from window_span(piece, first.position, stop)
+    if not isinstance(read, tuple) or read[1][0].base_offset != first.offset:
+        return LOAD_WHOLE  # damaged, merged away, or not what the index says: the whole read decides
+    return read
 
 
 def gather(readers: Iterable[Reader[T]]) -> Reader[list[T | SegmentFormatError]]:
