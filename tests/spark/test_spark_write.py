@@ -21,7 +21,9 @@ pyspark = pytest.importorskip("pyspark", reason="pyspark is a test dependency (k
 
 @pytest.fixture(scope="module")
 def spark():
-    yield from spark_session("kafscale-write-tests", master="local[2,3]")  # a killed task is retried
+    # A killed task is retried (local[2,3]) in a worker forked afresh: a reused idle worker that
+    # the kill also hit could be handed to the retry before the daemon reaped it, failing it too.
+    yield from spark_session("kafscale-write-tests", master="local[2,3]", **{"spark.python.worker.reuse": "false"})
 
 
 @pytest.fixture
