@@ -31,11 +31,14 @@ import logging
 import socket
 import struct
 import time
+from collections import deque
+from itertools import islice
 
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.messages import Request, encode_response
+from kafscale.protocol.fetch_response import Buffer
+from kafscale.protocol.messages import Request, encode_response_pieces
 from kafscale.storage_backends import StorageError
 
 from .budget import ByteBudget, RequestMemory
@@ -49,7 +52,8 @@ __all__ = ["Connection"]
 log = logging.getLogger("kafscale.connection")
 
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
-_SEND_CHUNK = 1 << 20  # a response goes out in pieces, each under the stall timeout
+_SEND_CHUNK = 1 << 20  # under TLS a response goes out in pieces this large, each under the stall timeout
+_IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
 _SIZE = struct.Struct(">i")
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
 
@@ -59,7 +63,7 @@ class _Slot:
 
     def __init__(self, memory: RequestMemory) -> None:
         self.memory = memory
-        self.payload: bytes | None = None
+        self.payload: list[Buffer] | None = None  # the answer, in pieces sent in order
         self.done = trio.Event()
         self.close_after = False
 
@@ -190,7 +194,7 @@ class Connection:
                     return
                 continue
             if isinstance(event, Answer):
-                slot.payload = event.payload
+                slot.payload = [event.payload]
                 slot.done.set()
                 await self._queue(send_slots, slot)
                 continue
@@ -215,14 +219,15 @@ class Connection:
         """A SASL token after SaslHandshake v0: answered with the bare server token; a
         failure closes the connection without an answer (as Kafka does for v0)."""
         try:
-            slot.payload, _ = await self.ctx.access.authenticate(self.session, token)
+            answer, _ = await self.ctx.access.authenticate(self.session, token)
         except KafkaError:
             self.session.closing = True
             slot.memory.release()
             return
         if self.session.authenticated:
             self.session.raw_tokens = False
-        slot.memory.settle(len(slot.payload))
+        slot.payload = [answer]
+        slot.memory.settle(len(answer))
         slot.done.set()
         await self._queue(send_slots, slot)
 
@@ -303,12 +308,12 @@ class Connection:
             if body is None:
                 slot.payload = None
             elif handler.large_answers:
-                slot.payload = await trio.to_thread.run_sync(encode_response, request.header, body)
+                slot.payload = await trio.to_thread.run_sync(encode_response_pieces, request.header, body)
             else:
-                slot.payload = encode_response(request.header, body)
+                slot.payload = encode_response_pieces(request.header, body)
             del body
             if slot.payload is not None:
-                slot.memory.settle(len(slot.payload))
+                slot.memory.settle(sum(len(piece) for piece in slot.payload))
         except Exception:
             log.exception("encoding the %s response for %s failed; closing", api, self.peer)
             self.ctx.metrics.request_errors.labels(api).inc()
@@ -334,15 +339,55 @@ class Connection:
                     slot.memory.release()
                     self.unanswered -= 1
 
-    async def _send(self, payload: bytes) -> None:
-        """Send one response frame in pieces (a large payload is not copied), each piece
-        under the stall timeout, so a client that stops reading is found out."""
-        view = memoryview(payload)
-        pieces = [_SIZE.pack(len(view)) + view[:_SEND_CHUNK]]
-        pieces += [view[start:start + _SEND_CHUNK] for start in range(_SEND_CHUNK, len(view), _SEND_CHUNK)]
-        stall = self.ctx.config.limits.connection_stall_ms / 1000
-        for piece in pieces:
-            with trio.CancelScope(deadline=trio.current_time() + stall) as scope:
-                await self.stream.send_all(piece)
-            if scope.cancelled_caught:
-                raise _Closing(f"the client took none of a response for {self.ctx.config.limits.connection_stall_ms} ms")
+    async def _send(self, pieces: list[Buffer]) -> None:
+        """Send one response frame: its size, then its pieces (stored batches are not
+        copied on plain TCP). Each send must make progress within the stall timeout, so a
+        client that stops reading is found out."""
+        frame = [_SIZE.pack(sum(len(piece) for piece in pieces)), *pieces]
+        if self._socket is None:  # TLS encrypts what it is given anyway: a few large sends
+            for chunk in _chunks(frame, _SEND_CHUNK):
+                await self._within_stall(self.stream.send_all(chunk))
+            return
+        unsent = deque(memoryview(piece) for piece in frame)
+        while unsent:
+            try:
+                sent = await self._within_stall(self._socket.sendmsg(list(islice(unsent, _IOV_MAX))))
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc  # the client reset the connection
+            while sent:
+                head = unsent[0]
+                if len(head) > sent:
+                    unsent[0] = head[sent:]
+                    break
+                sent -= len(head)
+                unsent.popleft()
+            while unsent and not len(unsent[0]):
+                unsent.popleft()
+
+    async def _within_stall(self, sending):
+        stall_ms = self.ctx.config.limits.connection_stall_ms
+        with trio.CancelScope(deadline=trio.current_time() + stall_ms / 1000):
+            return await sending
+        raise _Closing(f"the client took none of a response for {stall_ms} ms")
+
+
+def _chunks(pieces: list[Buffer], size: int):
+    """``pieces`` regrouped into buffers of at most ``size`` bytes: small ones joined,
+    large ones sliced."""
+    gathered = bytearray()
+    for piece in pieces:
+        view = memoryview(piece)
+        if len(gathered) + len(view) <= size:
+            gathered += view
+            continue
+        if gathered:
+            yield bytes(gathered)
+            gathered.clear()
+        for start in range(0, len(view), size):
+            part = view[start:start + size]
+            if len(part) == size:
+                yield part
+            else:
+                gathered += part
+    if gathered:
+        yield bytes(gathered)

@@ -465,9 +465,10 @@ class PartitionLog:
         return SegmentWindow(*span, stop=stop)
 
     async def read(self, offset: int, max_bytes: int, *, allow_oversize: bool = True,
-                   end: int | None = None) -> bytes:
+                   end: int | None = None) -> list[memoryview]:
         """Stored batches from the one holding ``offset``, up to ``max_bytes``, and below
-        ``end`` (the high watermark; read_committed passes the last stable offset).
+        ``end`` (the high watermark; read_committed passes the last stable offset): views of
+        the cached objects, batches adjacent in one object as one view.
 
         With ``allow_oversize`` the first batch is returned even if larger (as Kafka
         does, so a large batch never stalls a consumer)."""
@@ -475,6 +476,7 @@ class PartitionLog:
             raise KafkaError(ErrorCode.offset_out_of_range)
         end = self.high_watermark if end is None else min(end, self.high_watermark)
         parts: list[memoryview] = []
+        run_of, run_start, run_end = None, 0, 0  # the object the last view is of, and its span there
         total = 0
         slot = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         pieces = self.pieces
@@ -496,8 +498,13 @@ class PartitionLog:
                         break  # a damaged batch of this piece
                     offset = batch.base_offset  # cleaned away: the next batch answers
                 if batch.base_offset >= end or total + batch.size > max_bytes and (parts or not allow_oversize):
-                    return b"".join(parts)
-                parts.append(stored.batch_bytes(batch))
+                    return parts
+                if run_of is stored and run_end == batch.position:  # the next batch of the same object
+                    run_end += batch.size
+                    parts[-1] = memoryview(stored.data)[run_start:run_end]
+                else:
+                    run_of, run_start, run_end = stored, batch.position, batch.position + batch.size
+                    parts.append(stored.batch_bytes(batch))
                 total += batch.size
                 offset = batch.last_offset + 1
             if isinstance(stored, SegmentWindow) and offset <= piece.last_offset \
@@ -513,7 +520,7 @@ class PartitionLog:
             # the consumer sees the error at this offset and may seek past it.
             raise KafkaError(ErrorCode.corrupt_message,
                              f"{self.topic}-{self.partition}: offset {offset} is damaged or lost in storage")
-        return b"".join(parts)
+        return parts
 
     def pieces_from(self, offset: int) -> list[Piece]:
         return pieces_from(self.pieces, offset)

@@ -20,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from .api_versions import ApiKey, version_range
 from .entities import build
 from .errors import MalformedFrame, UnsupportedVersion
+from .fetch_response import Buffer, FetchAnswer, encode_fetch_response
 from .guard import check_lengths
 from .legacy import legacy, target_version
 from .produce_request import decode_produce_body
@@ -30,6 +31,7 @@ __all__ = [
     "peek_header",
     "decode_request",
     "encode_response",
+    "encode_response_pieces",
     "encode_request",
     "decode_response",
     "request_class",
@@ -187,6 +189,14 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     else:
         _writer(body_type)(out, body)
     return out.getvalue()
+
+
+def encode_response_pieces(header: RequestHeader, body: Any) -> list[Buffer]:
+    """The response payload as buffers to send in order: a Fetch answer's stored batches
+    stay where they are (see :mod:`.fetch_response`), any other answer is one buffer."""
+    if isinstance(body, FetchAnswer):
+        return encode_fetch_response(header.correlation_id, header.api_version, body)
+    return [encode_response(header, body)]
 
 
 # Client side, used by tests, benchmarks and tools.

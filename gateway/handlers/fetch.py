@@ -15,12 +15,13 @@ import trio
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.fetch_response import Endpoint, FetchAnswer, FetchPartition, FetchTopic
 from kafscale.protocol.messages import Request
 
 from ..budget import RequestMemory
 from ..context import RequestContext
 from ..security.acl import Operation
-from .base import check_leader_epoch, leader_hint, register, respond
+from .base import check_leader_epoch, leader_hint, register
 
 
 def _targets(ctx: RequestContext, request: Request):
@@ -39,21 +40,10 @@ def _targets(ctx: RequestContext, request: Request):
 READ_COMMITTED = 1
 
 
-def _partition(index: int, code: ErrorCode, high_watermark: int = -1, log_start_offset: int = -1,
-               records: bytes = b"", last_stable_offset: int | None = None,
-               aborted: list[dict] | None = None) -> dict:
-    return dict(partition_index=index, error_code=code, high_watermark=high_watermark,
-                last_stable_offset=high_watermark if last_stable_offset is None else last_stable_offset,
-                log_start_offset=log_start_offset, aborted_transactions=aborted, preferred_read_replica=-1,
-                records=records)
-
-
-def _error(request: Request, code: ErrorCode):
-    return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=[
-        dict(topic=getattr(t, "topic", None), topic_id=getattr(t, "topic_id", None),
-             partitions=[_partition(p.partition, code) for p in t.partitions])
-        for t in request.body.topics
-    ]))
+def _error(request: Request, code: ErrorCode) -> FetchAnswer:
+    return FetchAnswer([FetchTopic(getattr(t, "topic", None), getattr(t, "topic_id", None),
+                                   [FetchPartition(p.partition, code) for p in t.partitions])
+                        for t in request.body.topics])
 
 
 @register(ApiKey.FETCH, error=_error)
@@ -70,7 +60,7 @@ async def handle_fetch(ctx: RequestContext, request: Request):
     committed_only = getattr(body, "isolation_level", 0) == READ_COMMITTED
 
     while True:
-        responses, total, errors, logs, endpoints = await _collect(ctx, targets, max_bytes, memory, committed_only)
+        topics, total, errors, logs, endpoints = await _collect(ctx, targets, max_bytes, memory, committed_only)
         if total >= min_bytes or errors or trio.current_time() >= deadline:
             break
         if memory is not None:
@@ -86,36 +76,37 @@ async def handle_fetch(ctx: RequestContext, request: Request):
                 partition_log.remove_waiter(woken)
     ctx.metrics.fetched_bytes.inc(total)
     # session_id 0: no incremental fetch session, clients keep sending full requests.
-    return respond(request, dict(error_code=ErrorCode.none, session_id=0, responses=responses,
-                                 node_endpoints=endpoints))
+    return FetchAnswer(topics, node_endpoints=endpoints)
 
 
 async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: RequestMemory | None,
                    committed_only: bool):
-    responses = []
+    topics = []
     total = 0
     errors = False
     logs = []
-    endpoints: dict[int, dict] = {}  # leaders named in NOT_LEADER_OR_FOLLOWER answers (Fetch v16+)
+    endpoints: dict[int, Endpoint] = {}  # leaders named in NOT_LEADER_OR_FOLLOWER answers (Fetch v16+)
     for name, topic_id, topic in targets:
         partitions = []
         for part in topic.partitions:
             if name is None:
-                partitions.append(_partition(part.partition, ErrorCode.unknown_topic_id))
+                partitions.append(FetchPartition(part.partition, ErrorCode.unknown_topic_id))
                 errors = True
                 continue
             if not ctx.access.allowed_topic(Operation.READ, name):
-                partitions.append(_partition(part.partition, ErrorCode.topic_authorization_failed))
+                partitions.append(FetchPartition(part.partition, ErrorCode.topic_authorization_failed))
                 errors = True
                 continue
             try:
                 partition_log = await ctx.logs.get(name, part.partition)
                 check_leader_epoch(partition_log.epoch, getattr(part, "current_leader_epoch", None))
             except KafkaError as exc:
-                entry = _partition(part.partition, exc.code)
+                entry = FetchPartition(part.partition, exc.code)
                 if exc.code == ErrorCode.not_leader_or_follower:
-                    entry["current_leader"], found = leader_hint(ctx, name, part.partition)
-                    endpoints.update((e["node_id"], e) for e in found)
+                    leader, found = leader_hint(ctx, name, part.partition)
+                    entry.current_leader = (leader["leader_id"], leader["leader_epoch"])
+                    endpoints.update((e["node_id"], Endpoint(e["node_id"], e["host"], e["port"], e.get("rack")))
+                                     for e in found)
                 partitions.append(entry)
                 errors = True
                 continue
@@ -123,7 +114,8 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
             stable = partition_log.transactions.last_stable_offset
-            records = b""
+            records: list[memoryview] = []
+            size = 0
             want = min(max(part.partition_max_bytes, 0), max_bytes - total)
             # Reserve before reading, so concurrent fetches see each other's share at once;
             # the first batch may exceed ``want`` (as in Kafka), never max.message.bytes.
@@ -137,19 +129,21 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
                 try:
                     records = await partition_log.read(part.fetch_offset, want, allow_oversize=total == 0,
                                                        end=stable if committed_only else None)
+                    size = sum(len(view) for view in records)
                 except KafkaError as exc:
-                    partitions.append(_partition(part.partition, exc.code, high_watermark, log_start))
+                    partitions.append(FetchPartition(part.partition, exc.code, high_watermark, high_watermark,
+                                                     log_start))
                     errors = True
                     continue
                 finally:
                     if memory is not None:
-                        memory.refund(reserve - len(records))
-            total += len(records)
+                        memory.refund(reserve - size)
+            total += size
             aborted = None
             if committed_only and records:
-                aborted = [dict(producer_id=entry.producer_id, first_offset=entry.first_offset)
+                aborted = [(entry.producer_id, entry.first_offset)
                            for entry in partition_log.transactions.state.aborted_between(part.fetch_offset, stable)]
-            partitions.append(_partition(part.partition, ErrorCode.none, high_watermark, log_start, records, stable,
-                                         aborted))
-        responses.append(dict(topic=name, topic_id=topic_id, partitions=partitions))
-    return responses, total, errors, logs, list(endpoints.values())
+            partitions.append(FetchPartition(part.partition, ErrorCode.none, high_watermark, stable, log_start,
+                                             records, aborted))
+        topics.append(FetchTopic(name, topic_id, partitions))
+    return topics, total, errors, logs, list(endpoints.values())
