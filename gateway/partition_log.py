@@ -378,19 +378,19 @@ class PartitionLog:
             if piece.entry is None:
                 key = piece.key
                 try:
-                    data = await self.store.get(key)
+                    data = await self.store.get_view(key)  # kept and served as it came
                 except ObjectNotFound:
                     if piece.last_offset < self.log_start_offset:
                         raise
                     # Merged into an earlier segment by a gateway that held the partition before.
                     key = await self._segment_holding(piece)
-                    data = await self.store.get(key)
+                    data = await self.store.get_view(key)
                 try:
                     return read_segment(data)
                 except SegmentFormatError as exc:
                     return self._salvage(piece, key, data, SEGMENT_HEADER_SIZE, segment_body_end(data), exc)
             entry = piece.entry
-            data = await self.store.get_range(piece.key, entry.position, entry.position + entry.length)
+            data = await self.store.get_range_view(piece.key, entry.position, entry.position + entry.length)
             try:
                 return read_entry(entry, data)
             except SegmentFormatError as exc:

@@ -91,6 +91,12 @@ class AsyncStore:
     async def get_range(self, key: str, start: int, end: int) -> bytes:
         return await self._run(self.sync.get_range, key, start, end)
 
+    async def get_view(self, key: str) -> memoryview:
+        return await self._run(self.sync.get_view, key)
+
+    async def get_range_view(self, key: str, start: int, end: int) -> memoryview:
+        return await self._run(self.sync.get_range_view, key, start, end)
+
     async def head(self, key: str) -> ObjectInfo | None:
         return await self._run(self.sync.head, key)
 

@@ -49,7 +49,8 @@ async def _perform(store: AsyncStore, step: list[Read], repair: Repair) -> list[
                 answers[index] = [(info.key, info.size) for info in await store.list(request.prefix)]
             elif isinstance(request, ReadRange):
                 try:
-                    answers[index] = await store.get_range(request.key, request.start, request.end)
+                    get_range = store.get_range_view if request.view else store.get_range
+                    answers[index] = await get_range(request.key, request.start, request.end)
                 except ObjectNotFound:
                     answers[index] = MISSING
             elif isinstance(request, ReadObject):

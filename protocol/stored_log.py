@@ -69,11 +69,13 @@ class ListObjects:
 
 @dataclass(frozen=True, slots=True)
 class ReadRange:
-    """Answered with the object's bytes ``[start, end)``, or :data:`MISSING` if it is gone."""
+    """Answered with the object's bytes ``[start, end)``, or :data:`MISSING` if it is gone;
+    ``view``: read-only, in the store's own buffer (bytes that are kept and served)."""
 
     key: str
     start: int
     end: int
+    view: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +363,7 @@ def window_span(piece: Piece, start: int, stop: int) -> Reader[tuple[bytes, list
     """The batches of a segment's bytes ``[start, stop)`` (each CRC-checked: the segment's
     own CRC covers the whole object). :data:`LOAD_WHOLE` when they do not read back as whole
     batches (damaged, or merged away since): the whole read decides."""
-    (span,) = yield [ReadRange(piece.key, start, stop)]
+    (span,) = yield [ReadRange(piece.key, start, stop, view=True)]
     if span is MISSING:
         return LOAD_WHOLE
     try:

@@ -109,6 +109,10 @@ class ObjectStore(Protocol):
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object (shorter if the object is)."""
 
+    def get_range_view(self, key: str, start: int, end: int) -> memoryview:
+        """:meth:`get_range`, read-only and without copying it out of the backend's buffer
+        (what a gateway caches and serves as it came)."""
+
     def head(self, key: str) -> ObjectInfo | None:
         """Size of the object, or ``None`` if missing."""
 

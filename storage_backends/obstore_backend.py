@@ -84,10 +84,13 @@ class ObstoreBackend:
         return meta["e_tag"] or ""
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
+        return bytes(self.get_range_view(key, start, end))
+
+    def get_range_view(self, key: str, start: int, end: int) -> memoryview:
         if end <= start:
-            return b""
+            return memoryview(b"")
         try:  # one request: the stores clip an end past the object themselves
-            return bytes(self._call(obstore.get_range, key, start=start, end=end))
+            return memoryview(self._call(obstore.get_range, key, start=start, end=end))  # Bytes lends its buffer
         except StorageUnavailable:
             # A start at or past the end is refused as an invalid range; only then is
             # a HEAD worth its request, to tell that (b"") from a real failure.
@@ -95,7 +98,7 @@ class ObstoreBackend:
             if info is None:
                 raise ObjectNotFound(key) from None
             if start >= info.size:
-                return b""
+                return memoryview(b"")
             raise
 
     def head(self, key: str) -> ObjectInfo | None:

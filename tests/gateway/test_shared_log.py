@@ -344,9 +344,13 @@ class CountingReads(MemoryBackend):
         self.whole += key.endswith(".kfs")
         return super().get(key)
 
-    def get_range(self, key, start, end):
+    def get_range_view(self, key, start, end):
         self.ranged += key.endswith(".kfs")
-        return super().get_range(key, start, end)
+        return super().get_range_view(key, start, end)
+
+    def get_view(self, key):
+        self.whole += key.endswith(".kfs")
+        return super().get_view(key)
 
 
 async def test_a_large_segment_is_read_in_windows_its_index_bounds(nursery, monkeypatch):
