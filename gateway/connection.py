@@ -32,7 +32,9 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Awaitable, Iterator
 from itertools import islice
+from typing import TypeVar
 
 import trio
 
@@ -56,6 +58,7 @@ _SEND_CHUNK = 1 << 20  # under TLS a response goes out in pieces this large, eac
 _IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
 _SIZE = struct.Struct(">i")
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
+T = TypeVar("T")
 
 
 class _Slot:
@@ -364,14 +367,15 @@ class Connection:
             while unsent and not len(unsent[0]):
                 unsent.popleft()
 
-    async def _within_stall(self, sending):
+    async def _within_stall(self, sending: Awaitable[T]) -> T:
+        """``sending``'s result, if it makes progress within the stall timeout."""
         stall_ms = self.ctx.config.limits.connection_stall_ms
         with trio.CancelScope(deadline=trio.current_time() + stall_ms / 1000):
             return await sending
         raise _Closing(f"the client took none of a response for {stall_ms} ms")
 
 
-def _chunks(pieces: list[Buffer], size: int):
+def _chunks(pieces: list[Buffer], size: int) -> Iterator[Buffer]:
     """``pieces`` regrouped into buffers of at most ``size`` bytes: small ones joined,
     large ones sliced."""
     gathered = bytearray()

@@ -2,7 +2,9 @@
 
 Only this module (and the tests) touch kio's serialisation API, so the rest of
 Kafscale sees plain frozen dataclasses: ``decode_request(frame)`` gives a
-:class:`Request`, ``encode_response(header, body)`` gives the frame payload.
+:class:`Request`, ``encode_response(header, body)`` gives the frame payload, and
+``encode_response_pieces`` the payload as buffers to send (Fetch answers, encoded by
+hand in :mod:`.fetch_response`, keep their stored batches where they are).
 """
 
 from __future__ import annotations
