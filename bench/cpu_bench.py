@@ -73,9 +73,21 @@ of a megabyte and more are mapped fresh, on purpose, so they go back to the OS),
 3.0 % (client batches, checked once), the C record walk 1.6 %. At 1 KiB (py-spy): the memory store's join \
 of the log object 21 % (its worker thread; the filesystem writes the pieces with writev), socket receive \
 14 %, the cache's copy of entries made of several requests 9 %, 4.5 requests per log object.
-- still ahead: the cache's copy of multi-request entries, a task and a cancel scope per Produce request, \
-answers built as kio objects then encoded; on the filesystem the kernel's write and fsync (about 2 s per \
-GiB on this VM, which an in-memory peer does not pay)."""
+- fetch, before: the issue's profile of 0866b1a found page faults 56 % (each segment load allocated fresh \
+memory three times) and every batch re-parsed and CRC-checked on each load; and a consumer of 12 partitions \
+evicted and re-read whole 64 MiB segments. Midway (windowed reads done; memory, 3,000,000 x 100 B compacted, \
+one consumer, `python -m bench.load consume 127.0.0.1:19092 TOPIC 3000000 12`, perf -F 999 and py-spy as \
+above): memmove 16 % of on-CPU samples (an answer's batches joined in `PartitionLog.read`, then kio writing \
+them into a BytesIO and `getvalue` copying again; kio's writers 25 % of Python samples), page faults ~15 %.
+- fetch, after (6M x 100 B, past the 256 MiB cache; py-spy, share of the process's samples): the kernel's \
+copy into the socket (`sendmsg`) about 40 %, the loop waiting in epoll about 20 %, CRC checks of the windows \
+read from the store 14 %; nothing is copied in Python any more: segments, windows and entries stay in the \
+buffer the store returned (obstore's, lent), answers are the hand-encoded fields around views of them.
+- still ahead: a task and a cancel scope per Produce request (about 200 requests/s in these runs, so a small \
+share here; more with many clients that do not linger), Produce answers built as kio objects, the cache's copy \
+of entries made of several requests (caching views of the written object instead would keep whole objects \
+alive while the cache counts only their entries); on the filesystem the kernel's write and fsync (about \
+2 s per GiB on this VM) and the page-cache copy of every read, which an in-memory peer does not pay."""
 
 
 def latency(broker: Broker) -> list[dict]:
