@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .varint import write_uvarint
+
 __all__ = ["Buffer", "FetchPartition", "FetchTopic", "FetchAnswer", "Endpoint", "encode_fetch_response"]
 
 Buffer = bytes | bytearray | memoryview
@@ -77,15 +79,6 @@ class FetchAnswer:
     node_endpoints: list[Endpoint] = field(default_factory=list)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Pieces:
     """Fields are gathered into one run until a stored batch interrupts it."""
 
@@ -110,7 +103,7 @@ class _Pieces:
 def _length(out: bytearray, count: int, flexible: bool, wide: bool = False) -> None:
     """An array count or string/bytes length; ``wide`` for Kafka's int32 byte lengths."""
     if flexible:
-        out += _uvarint(count + 1)
+        write_uvarint(count + 1, out)
     elif wide:
         out += _I32.pack(count)
     else:
@@ -119,31 +112,41 @@ def _length(out: bytearray, count: int, flexible: bool, wide: bool = False) -> N
 
 def _string(out: bytearray, text: str | None, flexible: bool) -> None:
     if text is None:
-        out += _uvarint(0) if flexible else _I16.pack(-1)
+        out += b"\x00" if flexible else _I16.pack(-1)
         return
     raw = text.encode()
     _length(out, len(raw), flexible)
     out += raw
 
 
-def _partition_tags(partition: FetchPartition) -> bytes:
+def _tagged_field(out: bytearray, tag: int, value: bytes | bytearray) -> None:
+    """A field list of one tagged field (kio leaves fields at their defaults out)."""
+    out.append(1)
+    write_uvarint(tag, out)
+    write_uvarint(len(value), out)
+    out += value
+
+
+def _partition_tags(out: bytearray, partition: FetchPartition) -> None:
     if partition.current_leader is None or partition.current_leader == (-1, -1):
-        return b"\x00"  # kio leaves tagged fields at their defaults out
-    leader = _LEADER.pack(*partition.current_leader) + b"\x00"
-    return b"\x01" + _uvarint(1) + _uvarint(len(leader)) + leader
+        out.append(0)
+    else:
+        _tagged_field(out, 1, _LEADER.pack(*partition.current_leader) + b"\x00")
 
 
-def _endpoints(answer: FetchAnswer) -> bytes:
+def _endpoints(out: bytearray, answer: FetchAnswer) -> None:
     if not answer.node_endpoints:
-        return b"\x00"
-    body = bytearray(_uvarint(len(answer.node_endpoints) + 1))
+        out.append(0)
+        return
+    body = bytearray()
+    write_uvarint(len(answer.node_endpoints) + 1, body)
     for endpoint in answer.node_endpoints:
         body += _I32.pack(endpoint.node_id)
         _string(body, endpoint.host, True)
         body += _I32.pack(endpoint.port)
         _string(body, endpoint.rack, True)
-        body += b"\x00"
-    return b"\x01" + _uvarint(0) + _uvarint(len(body)) + bytes(body)
+        body.append(0)
+    _tagged_field(out, 0, body)
 
 
 def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer) -> list[Buffer]:
@@ -187,9 +190,11 @@ def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer
             for piece in partition.records:
                 out.stored(piece)  # ``run`` goes on empty
             if flexible:
-                run += _partition_tags(partition)
+                _partition_tags(run, partition)
         if flexible:
             run += b"\x00"
-    if flexible:
-        run += _endpoints(answer) if version >= _FIRST_WITH_ENDPOINTS else b"\x00"
+    if version >= _FIRST_WITH_ENDPOINTS:
+        _endpoints(run, answer)
+    elif flexible:
+        run.append(0)
     return out.done()

@@ -1,10 +1,11 @@
-"""Zig-zag varints as used inside Kafka v2 records (sans-io, pure Python)."""
+"""Varints (sans-io, pure Python): zig-zag ones as used inside Kafka v2 records, and the
+unsigned ones of flexible protocol versions (compact lengths, tagged fields)."""
 
 from __future__ import annotations
 
 from .errors import CorruptBatch
 
-__all__ = ["read_varint", "write_varint", "varint_size"]
+__all__ = ["read_varint", "write_varint", "varint_size", "write_uvarint"]
 
 
 def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -47,3 +48,11 @@ def varint_size(value: int) -> int:
         encoded >>= 7
         size += 1
     return size
+
+
+def write_uvarint(value: int, out: bytearray) -> None:
+    """An unsigned varint (``value`` >= 0), as flexible protocol versions write lengths."""
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)

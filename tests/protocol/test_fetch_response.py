@@ -21,7 +21,7 @@ _I64 = st.integers(-(2**63), 2**63 - 1)
 def _records(draw):
     """A partition's stored batches as memoryviews over a few larger buffers."""
     pieces = []
-    for data in draw(st.lists(st.binary(max_size=40), max_size=3)):
+    for data in draw(st.lists(st.binary(max_size=200), max_size=3)):  # lengths past 127: two-byte varints
         cut = draw(st.integers(0, len(data)))
         pieces += [memoryview(data)[:cut], memoryview(data)[cut:]]
     return pieces
