@@ -176,6 +176,13 @@ def test_ranges(store):
     assert store.get_range("r", 90, 200) == bytes(range(90, 100))
     assert store.get_range("r", 100, 200) == b""
     assert store.get_range("r", 5, 5) == b""
+    # The same ranges lent from the backend's buffer: read-only, equal, missing objects refused.
+    for start, end in ((10, 20), (90, 200), (100, 200), (5, 5)):
+        view = store.get_range_view("r", start, end)
+        assert isinstance(view, memoryview) and view.readonly
+        assert bytes(view) == store.get_range("r", start, end)
+    with pytest.raises(ObjectNotFound):
+        store.get_range_view("no-such-object", 0, 10)
 
 
 def test_list_is_sorted_and_prefixed(store):
