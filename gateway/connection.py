@@ -351,7 +351,7 @@ class Connection:
             for chunk in _chunks(frame, _SEND_CHUNK):
                 await self._within_stall(self.stream.send_all(chunk))
             return
-        unsent = deque(memoryview(piece) for piece in frame)
+        unsent = deque(memoryview(piece) for piece in frame if len(piece))  # sendmsg of nothing sends 0
         while unsent:
             try:
                 sent = await self._within_stall(self._socket.sendmsg(list(islice(unsent, _IOV_MAX))))
@@ -363,8 +363,6 @@ class Connection:
                     unsent[0] = head[sent:]
                     break
                 sent -= len(head)
-                unsent.popleft()
-            while unsent and not len(unsent[0]):
                 unsent.popleft()
 
     async def _within_stall(self, sending: Awaitable[T]) -> T:

@@ -90,8 +90,9 @@ class _Pieces:
 
     def stored(self, piece: Buffer) -> None:
         if len(piece):
-            self.pieces.append(bytes(self.run))
-            self.run.clear()
+            if self.run:  # batches back to back (partitions with several views) need no run between
+                self.pieces.append(bytes(self.run))
+                self.run.clear()
             self.pieces.append(piece)
 
     def done(self) -> list[Buffer]:
