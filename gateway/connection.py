@@ -1,11 +1,13 @@
 """One client connection: read frames, run handlers, answer in request order.
 
-The reader admits requests one at a time (an ordered handler such as Produce
-is admitted once its offsets are assigned, so one connection's appends keep
-their order) and may read ahead up to ``max_inflight_requests``; the writer
-sends each response as soon as it and all earlier ones are ready. Both live in
-the connection's own nursery; a protocol violation closes the connection and
-nothing else.
+The reader starts a task per request, except for an ordered handler such as
+Produce, which it runs itself up to the point where its effects are ordered
+(offsets assigned, so one connection's appends keep their order); it may read
+ahead up to ``max_inflight_requests``. The writer sends each response as soon
+as it and all earlier ones are ready, and finishes an ordered request itself
+when its turn comes (a Produce's answer once its flush is done): a Produce
+costs no task of its own. Both live in the connection's own nursery; a protocol
+violation closes the connection and nothing else.
 
 Memory: a frame's bytes are reserved from the connection's budget as soon as
 its size prefix is read, before the body is buffered; responses are charged
@@ -46,6 +48,7 @@ from kafscale.storage_backends import StorageError
 from .budget import ByteBudget, RequestMemory
 from .context import GatewayContext, RequestContext
 from .handlers import Handler
+from .handlers.base import Completion, Ready
 from .security.access import Session
 from .wire import Answer, KafkaWire, RawToken, Violation
 
@@ -61,14 +64,29 @@ _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
 T = TypeVar("T")
 
 
+class _Ordered:
+    """An ordered request, run by the reader until its effects were ordered; the writer
+    finishes it."""
+
+    __slots__ = ("handler", "request", "completion", "deadline", "started", "timed")
+
+    def __init__(self, handler: Handler, request: Request, completion: Completion, deadline: float,
+                 started: float, timed) -> None:
+        self.handler, self.request, self.completion = handler, request, completion
+        self.deadline, self.started, self.timed = deadline, started, timed
+
+
 class _Slot:
-    __slots__ = ("memory", "payload", "done", "close_after")
+    """A request's place in the order of answers."""
+
+    __slots__ = ("memory", "payload", "done", "close_after", "ordered")
 
     def __init__(self, memory: RequestMemory) -> None:
         self.memory = memory
         self.payload: list[Buffer] | None = None  # the answer, in pieces sent in order
-        self.done = trio.Event()
+        self.done = trio.Event()  # set when a task's answer is ready (the writer finishes an ordered one)
         self.close_after = False
+        self.ordered: _Ordered | None = None
 
 
 class _Closing(Exception):
@@ -201,20 +219,15 @@ class Connection:
                 slot.done.set()
                 await self._queue(send_slots, slot)
                 continue
+            if not event.handler.ordered:
+                await self._queue(send_slots, slot)
+                nursery.start_soon(self._handle, event.handler, event.request, slot)
+                continue
+            # Run here: the next request is read once this one's effects are ordered. Shutdown
+            # may cancel it meanwhile (a delayed authentication failure): it then had no effect,
+            # and is not answered.
+            slot.ordered = await self._admit(event.handler, event.request, slot.memory)
             await self._queue(send_slots, slot)
-            # The next request is read once this one is admitted (at once, or for an ordered
-            # handler once its effects are ordered). An event, not nursery.start, which builds
-            # a nursery per request.
-            admitted, scope = trio.Event(), trio.CancelScope()
-            nursery.start_soon(self._handle, event.handler, event.request, slot, admitted, scope)
-            try:
-                await admitted.wait()
-            except trio.Cancelled:
-                # Shutdown stopped reading while this handler was still being admitted (a
-                # delayed authentication failure): it has had no effect, and is not waited for.
-                if not admitted.is_set():
-                    scope.cancel()
-                raise
             if self.session.closing:
                 return  # answered (authentication failed); read nothing more
 
@@ -272,41 +285,62 @@ class Connection:
         self.ctx.metrics.protocol_errors.inc()
         log.warning("closing connection from %s: %s", self.peer, exc)
 
-    async def _handle(self, handler: Handler, request: Request, slot: _Slot, admitted: trio.Event,
-                      scope: trio.CancelScope) -> None:
+    def _timeout(self, handler: Handler, request: Request) -> float:
+        """Seconds the request may take."""
+        limit = self.ctx.config.limits.request_timeout_ms / 1000
+        return handler.timeout(request, limit) if handler.timeout else limit
+
+    async def _admit(self, handler: Handler, request: Request, memory: RequestMemory) -> _Ordered:
+        """An ordered request run until its effects are ordered; what is left, for the writer.
+        One deadline covers both parts."""
+        counted, timed = self.ctx.metrics.request_metrics(handler.api_key.name, request.header.api_version)
+        counted.inc()
+        started = time.perf_counter()
+        deadline = trio.current_time() + self._timeout(handler, request)
+        completion: Completion
         try:
-            with scope:
-                await self._run(handler, request, slot, admitted)
+            with trio.CancelScope(deadline=deadline) as scope:  # fail_after, without its generator
+                completion = await handler.handle(RequestContext(self.ctx, self.session, memory), request)
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
+        except Exception as exc:
+            completion = Ready(self._failure(handler, request, exc))
+        return _Ordered(handler, request, completion, deadline, started, timed)
+
+    async def _complete(self, slot: _Slot, ordered: _Ordered) -> None:
+        """The writer's part of an ordered request: its answer, when its effects are done."""
+        try:
+            body = await ordered.completion.answer(ordered.deadline)
+        except Exception as exc:
+            body = self._failure(ordered.handler, ordered.request, exc)
+        await self._encode(slot, ordered.handler, ordered.request, body)
+        ordered.timed.observe(time.perf_counter() - ordered.started)
+
+    async def _handle(self, handler: Handler, request: Request, slot: _Slot) -> None:
+        """A request in a task of its own."""
+        try:
+            counted, timed = self.ctx.metrics.request_metrics(handler.api_key.name, request.header.api_version)
+            counted.inc()
+            started = time.perf_counter()
+            try:
+                # The handler's own timeout answers first (a JoinGroup's members timed out); this
+                # one, a second later, only if it does not.
+                deadline = trio.current_time() + self._timeout(handler, request) + 1
+                with trio.CancelScope(deadline=deadline) as scope:
+                    body = await handler.handle(RequestContext(self.ctx, self.session, slot.memory), request)
+                if scope.cancelled_caught:
+                    raise trio.TooSlowError
+            except Exception as exc:
+                body = self._failure(handler, request, exc)
+            await self._encode(slot, handler, request, body)
+            timed.observe(time.perf_counter() - started)
         finally:
-            admitted.set()  # whatever happened, the reader goes on
             # Even when cancelled (at the end of the grace period), or the writer would wait
             # for this answer.
             slot.done.set()
 
-    async def _run(self, handler: Handler, request: Request, slot: _Slot, admitted_event: trio.Event) -> None:
-        admitted = admitted_event.set
-
-        api = handler.api_key.name
-        context = RequestContext(self.ctx, self.session, slot.memory)
-        counted, timed = self.ctx.metrics.request_metrics(api, request.header.api_version)
-        counted.inc()
-        started = time.perf_counter()
-        if not handler.ordered:
-            admitted()
-        try:
-            timeout = handler.timeout(request) if handler.timeout else self.ctx.config.limits.request_timeout_ms / 1000
-            # fail_after, without its generator (one of a few cancel scopes per request)
-            with trio.CancelScope(deadline=trio.current_time() + timeout + 1) as deadline:
-                if handler.ordered:
-                    body = await handler.handle(context, request, admitted)
-                else:
-                    body = await handler.handle(context, request)
-            if deadline.cancelled_caught:
-                raise trio.TooSlowError
-        except Exception as exc:
-            body = self._failure(handler, request, exc)
-        finally:
-            admitted()
+    async def _encode(self, slot: _Slot, handler: Handler, request: Request, body) -> None:
+        """The slot's payload: ``body`` encoded (nothing for ``None``), its memory settled."""
         try:
             if body is None:
                 slot.payload = None
@@ -318,17 +352,19 @@ class Connection:
             if slot.payload is not None:
                 slot.memory.settle(sum(len(piece) for piece in slot.payload))
         except Exception:
+            api = handler.api_key.name
             log.exception("encoding the %s response for %s failed; closing", api, self.peer)
             self.ctx.metrics.request_errors.labels(api).inc()
             slot.close_after = True
-        timed.observe(time.perf_counter() - started)
-        slot.done.set()
 
     async def _write(self, receive_slots, scope: trio.CancelScope) -> None:
         async with receive_slots:
             async for slot in receive_slots:
                 try:
-                    await slot.done.wait()
+                    if slot.ordered is not None:
+                        await self._complete(slot, slot.ordered)
+                    else:
+                        await slot.done.wait()
                     if slot.close_after:
                         scope.cancel()
                         return

@@ -3,6 +3,10 @@
 obstore's async API does not run under trio, but its sync API releases the GIL,
 so worker threads give real parallelism. Calls are not abandoned on
 cancellation: a write that started finishes (or fails) before we move on.
+
+A store that never waits for I/O (``waits_for_io`` false: the in-memory store) is
+called on the event loop's own thread: handing a call that only copies to a worker
+and back costs more than the call (a quarter of a small Produce request's CPU).
 """
 
 from __future__ import annotations
@@ -27,12 +31,20 @@ class AsyncStore:
         self._healthy = trio.Event()
         self._healthy.set()
         self._probes = trio.CapacityLimiter(1)
+        self._inline = not store.waits_for_io
 
     def describe(self) -> str:
         return self.sync.describe()
 
     async def _run(self, function, *args, **kwargs):
-        return await trio.to_thread.run_sync(partial(function, *args, **kwargs), limiter=self._limiter)
+        if not self._inline:
+            return await trio.to_thread.run_sync(partial(function, *args, **kwargs), limiter=self._limiter)
+        # Still a checkpoint, as a thread's call is: cancellable before it starts, not after.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
         await self._write(self.sync.put, key, data, durable=durable)

@@ -1,7 +1,9 @@
 """The storage interface every backend implements, and its errors.
 
 Backends are synchronous (obstore's sync API releases the GIL); the gateway
-calls them from worker threads with its own capacity limiter. Keys are
+calls them from worker threads with its own capacity limiter, except those of a
+store that never waits for a disk or the network (``waits_for_io`` false: the
+in-memory store), which it calls on its own thread. Keys are
 ``/``-separated strings relative to the store's root.
 """
 
@@ -73,6 +75,10 @@ class ObjectInfo:
 @runtime_checkable
 class ObjectStore(Protocol):
     """A small object-store interface: whole-object writes, ranged reads, sorted listings."""
+
+    # Whether a call may wait for a disk or the network (a worker thread's job); false for a
+    # store held in this process's memory, whose calls only compute and copy.
+    waits_for_io: bool
 
     def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
         """Write (or replace) the object at ``key``; durable when this returns unless

@@ -21,6 +21,8 @@ _STREAM_PART = 8 * 2**20
 class ObstoreBackend:
     """Any obstore store behind our interface, with its errors translated."""
 
+    waits_for_io = True
+
     def __init__(self, store, description: str) -> None:
         self._store = store
         self._description = description
@@ -297,6 +299,8 @@ def _fsync_path(path: Path) -> None:
 
 class MemoryBackend(ObstoreBackend):
     """obstore's in-memory store: for tests and benchmarks, nothing survives the process."""
+
+    waits_for_io = False
 
     def __init__(self) -> None:
         super().__init__(MemoryStore(), "memory://")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, VersionRange
 from kafscale.protocol.entities import build
@@ -17,11 +17,30 @@ from kafscale.protocol.messages import Request, response_class
 
 from ..context import RequestContext
 
-__all__ = ["Handler", "REGISTRY", "register", "respond", "advertised_versions", "check_leader_epoch",
-           "leader_hint"]
+__all__ = ["Handler", "Completion", "Ready", "REGISTRY", "register", "respond", "advertised_versions",
+           "check_leader_epoch", "leader_hint"]
 
 HandleFn = Callable[..., Awaitable[Any]]
 ErrorFn = Callable[[Request, ErrorCode], Any]
+
+
+class Completion(Protocol):
+    """What an ordered handler leaves once its effects are ordered: the rest of the request,
+    which the connection's writer awaits when the request's turn to be answered comes."""
+
+    async def answer(self, deadline: float) -> Any:
+        """The response body (``None``: nothing is sent), by ``deadline`` (trio time): what is
+        not done by then is answered as timed out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A completion whose answer is already known."""
+
+    body: Any
+
+    async def answer(self, deadline: float) -> Any:
+        return self.body
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,14 +48,16 @@ class Handler:
     api_key: ApiKey
     handle: HandleFn
     error: ErrorFn
-    # Ordered handlers take a third argument, ``admitted``, and call it once their
-    # effects are ordered (e.g. produce offsets assigned); the connection reads the
-    # next request only then. Others are admitted as soon as they start.
+    # Ordered handlers are run by the connection's reader, which reads the next request
+    # only once ``handle`` returned: their effects are ordered then (produce offsets
+    # assigned), and what is left is the :class:`Completion` it returns. Others run in a
+    # task of their own and return the response body.
     ordered: bool = False
     versions: VersionRange | None = None
     # Seconds a request may take, when the API itself says (JoinGroup waits for the
-    # rebalance timeout); otherwise the gateway's request timeout applies.
-    timeout: Callable[[Request], float] | None = None
+    # rebalance timeout, Produce for the client's timeout within the gateway's), given the
+    # gateway's request timeout; without it, the gateway's request timeout applies.
+    timeout: Callable[[Request, float], float] | None = None
     # Answers that grow with the catalog (Metadata over every partition) are encoded in a
     # worker thread, so the event loop keeps serving other clients meanwhile.
     large_answers: bool = False
@@ -52,7 +73,7 @@ REGISTRY: dict[int, Handler] = {}
 
 
 def register(api_key: ApiKey, *, error: ErrorFn, ordered: bool = False, versions: VersionRange | None = None,
-             timeout: Callable[[Request], float] | None = None, large_answers: bool = False,
+             timeout: Callable[[Request, float], float] | None = None, large_answers: bool = False,
              closes_on_error: bool = False):
     def decorator(function: HandleFn) -> HandleFn:
         REGISTRY[int(api_key)] = Handler(api_key, function, error, ordered, versions, timeout, large_answers,

@@ -19,7 +19,7 @@ def _join_error(request: Request, code: ErrorCode):
                                  leader="", member_id=request.body.member_id, members=[]))
 
 
-def _join_timeout(request: Request) -> float:
+def _join_timeout(request: Request, _request_timeout: float) -> float:
     body = request.body
     rebalance = to_millis(getattr(body, "rebalance_timeout", None))
     return max(rebalance if rebalance > 0 else to_millis(body.session_timeout), 0) / 1000 + 5
@@ -53,7 +53,7 @@ def _sync_error(request: Request, code: ErrorCode):
     return respond(request, dict(error_code=code, protocol_type=None, protocol_name=None, assignment=b""))
 
 
-@register(ApiKey.SYNC_GROUP, error=_sync_error, timeout=lambda request: 300.0)
+@register(ApiKey.SYNC_GROUP, error=_sync_error, timeout=lambda request, _request_timeout: 300.0)
 async def handle_sync_group(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.READ, request.body.group_id)
     body = request.body

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import trio
 
@@ -22,10 +23,10 @@ from kafscale.protocol.records import BatchHeader, has_transactional_batch, spli
 
 from ..context import RequestContext
 from ..lfs import LfsRecordsRefused
-from ..partition_log import PartitionLog
+from ..partition_log import FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
-from .base import leader_hint, register, respond
+from .base import Completion, Ready, leader_hint, register, respond
 from .transactional_produce import verify_transaction
 
 log = logging.getLogger("kafscale.handlers.produce")
@@ -105,23 +106,27 @@ def _error(request: Request, code: ErrorCode):
     ]))
 
 
-@register(ApiKey.PRODUCE, error=_error, ordered=True)
-async def handle_produce(ctx: RequestContext, request: Request, admitted):
+def _timeout(request: Request, limit: float) -> float:
+    """The client's timeout_ms (its wait for durability), within the gateway's request timeout."""
+    return min(max(to_millis(request.body.timeout), 0) / 1000 or limit, limit)
+
+
+@register(ApiKey.PRODUCE, error=_error, ordered=True, timeout=_timeout)
+async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
+    """Validates and appends every partition's records (the offsets follow arrival order);
+    the answer waits for the flushes."""
     body = request.body
     config = ctx.config
     if body.acks not in (0, 1, -1):
-        admitted()
-        return _error(request, ErrorCode.invalid_required_acks)
+        return Ready(_error(request, ErrorCode.invalid_required_acks))
     transactional_id = body.transactional_id
     if transactional_id is None and any(
             has_transactional_batch(part.records or b"") for topic in body.topic_data for part in topic.partition_data):
         # A transactional batch without a transactional id is refused as Kafka refuses it.
-        admitted()
-        return _error(request, ErrorCode.transactional_id_authorization_failed)
+        return Ready(_error(request, ErrorCode.transactional_id_authorization_failed))
     if transactional_id is not None and not ctx.access.allowed(
             Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        admitted()
-        return _error(request, ErrorCode.transactional_id_authorization_failed)
+        return Ready(_error(request, ErrorCode.transactional_id_authorization_failed))
 
     # Phase 1 (no awaits between validation and append, so offsets follow arrival order
     # except for topic auto-creation, which happens before any append of this request).
@@ -149,7 +154,7 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
     lfs_refused = await _check_lfs(ctx, body, logs)
 
     results: dict[tuple[str, int], dict] = {}
-    waits = []
+    waits: list[_Wait] = []
     produced_bytes = produced_records = 0
     now_ms = int(time.time() * 1000)
     for topic in body.topic_data:
@@ -213,44 +218,67 @@ async def handle_produce(ctx: RequestContext, request: Request, admitted):
                 continue
             produced_bytes += len(records)
             produced_records += sum(h.records_count for h in headers)
-            waits.append((key, part.index, base_offset, ticket, target,
-                          now_ms if policy.log_append_time else -1))
+            waits.append(_Wait(key, base_offset, ticket, target, now_ms if policy.log_append_time else -1))
     ctx.metrics.produced_bytes.inc(produced_bytes)
     ctx.metrics.produced_records.inc(produced_records)
-    admitted()
+    return _Flushes(ctx, request, results, waits)
 
-    # acks=0 waits too, without answering: the request keeps its bytes in the memory budget
-    # until its flush is done, so a client producing with acks=0 faster than the store
-    # writes is held back instead of filling the partition buffers.
-    timeout = max(to_millis(body.timeout), 0) / 1000 or config.limits.request_timeout_ms / 1000
-    with trio.CancelScope(deadline=trio.current_time() + min(timeout, config.limits.request_timeout_ms / 1000)):
-        for key, index, base_offset, ticket, target, append_time in waits:
-            try:
-                # Most tickets of a request complete in the same flush: once one is done the
-                # others usually are too, and waiting on a set event would still cost a trip
-                # through the scheduler per partition (a request can name hundreds).
-                if ticket.done:
-                    ticket.check()
+
+@dataclass(slots=True)
+class _Wait:
+    """An appended partition's part of the answer, once its flush is done."""
+
+    key: tuple[str, int]
+    base_offset: int
+    ticket: FlushTicket
+    target: PartitionLog
+    append_time: int  # the LogAppendTime stamped, or -1
+
+
+@dataclass(slots=True)
+class _Flushes:
+    """A Produce request's answer, once the flushes of its appends are done."""
+
+    ctx: RequestContext
+    request: Request
+    results: dict[tuple[str, int], dict]  # partitions answered already (refused)
+    waits: list[_Wait]
+
+    async def answer(self, deadline: float):
+        # acks=0 waits too, without answering: the request keeps its bytes in the memory budget
+        # until its flush is done, so a client producing with acks=0 faster than the store
+        # writes is held back instead of filling the partition buffers.
+        body, results = self.request.body, self.results
+        transactional = body.transactional_id is not None
+        with trio.CancelScope(deadline=deadline):
+            for wait in self.waits:
+                index = wait.key[1]
+                try:
+                    # Most tickets of a request complete in the same flush: once one is done the
+                    # others usually are too, and waiting on a set event would still cost a trip
+                    # through the scheduler per partition (a request can name hundreds).
+                    if wait.ticket.done:
+                        wait.ticket.check()
+                    else:
+                        await wait.ticket.wait()
+                    if transactional:
+                        await wait.target.transactions.persist()  # a transaction begun here is known before its ack
+                except KafkaError as exc:
+                    results[wait.key] = _partition(index, exc.code, message=str(exc))
                 else:
-                    await ticket.wait()
-                if transactional_id is not None:
-                    await target.transactions.persist()  # a transaction begun here is known before its ack
-            except KafkaError as exc:
-                results[key] = _partition(index, exc.code, message=str(exc))
-            else:
-                results[key] = _partition(index, ErrorCode.none, base_offset, target.log_start_offset,
-                                          log_append_time=append_time)
-    if body.acks == 0:
-        return None
-    for key, index, *_ in waits:
-        results.setdefault(key, _partition(index, ErrorCode.request_timed_out, message="flush not durable in time"))
-
-    endpoints: dict[int, dict] = {}
-    for (name, index), result in results.items():
-        if result["error_code"] == ErrorCode.not_leader_or_follower:
-            result["current_leader"], found = leader_hint(ctx, name, index)
-            endpoints.update((e["node_id"], e) for e in found)
-    return respond(request, dict(node_endpoints=list(endpoints.values()), responses=[
-        dict(name=topic.name, partition_responses=[results[(topic.name, p.index)] for p in topic.partition_data])
-        for topic in body.topic_data
-    ]))
+                    results[wait.key] = _partition(index, ErrorCode.none, wait.base_offset,
+                                                   wait.target.log_start_offset, log_append_time=wait.append_time)
+        if body.acks == 0:
+            return None
+        for wait in self.waits:
+            results.setdefault(wait.key, _partition(wait.key[1], ErrorCode.request_timed_out,
+                                                    message="flush not durable in time"))
+        endpoints: dict[int, dict] = {}
+        for (name, index), result in results.items():
+            if result["error_code"] == ErrorCode.not_leader_or_follower:
+                result["current_leader"], found = leader_hint(self.ctx, name, index)
+                endpoints.update((e["node_id"], e) for e in found)
+        return respond(self.request, dict(node_endpoints=list(endpoints.values()), responses=[
+            dict(name=topic.name, partition_responses=[results[(topic.name, p.index)] for p in topic.partition_data])
+            for topic in body.topic_data
+        ]))

@@ -14,7 +14,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from .base import register, respond
+from .base import Ready, register, respond
 
 
 def _handshake_error(request: Request, code: ErrorCode):
@@ -22,11 +22,11 @@ def _handshake_error(request: Request, code: ErrorCode):
 
 
 @register(ApiKey.SASL_HANDSHAKE, error=_handshake_error, ordered=True)
-async def handle_sasl_handshake(ctx: RequestContext, request: Request, admitted):
+async def handle_sasl_handshake(ctx: RequestContext, request: Request) -> Ready:
     session = ctx.session
     code = ctx.access.handshake(request.body.mechanism)
     session.raw_tokens = code == ErrorCode.none and request.header.api_version == 0
-    return respond(request, dict(error_code=code, mechanisms=list(ctx.access.mechanisms)))
+    return Ready(respond(request, dict(error_code=code, mechanisms=list(ctx.access.mechanisms))))
 
 
 def _authenticate_error(request: Request, code: ErrorCode, message: str | None = None):
@@ -35,11 +35,11 @@ def _authenticate_error(request: Request, code: ErrorCode, message: str | None =
 
 
 @register(ApiKey.SASL_AUTHENTICATE, error=_authenticate_error, ordered=True, closes_on_error=True)
-async def handle_sasl_authenticate(ctx: RequestContext, request: Request, admitted):
+async def handle_sasl_authenticate(ctx: RequestContext, request: Request) -> Ready:
     try:
         token, lifetime_ms = await ctx.access.authenticate(request.body.auth_bytes)
     except KafkaError as exc:
         ctx.session.closing = True
-        return _authenticate_error(request, exc.code, str(exc))
-    return respond(request, dict(error_code=ErrorCode.none, error_message=None, auth_bytes=token,
-                                 session_lifetime=lifetime_ms))
+        return Ready(_authenticate_error(request, exc.code, str(exc)))
+    return Ready(respond(request, dict(error_code=ErrorCode.none, error_message=None, auth_bytes=token,
+                                       session_lifetime=lifetime_ms)))

@@ -175,6 +175,8 @@ async def test_taking_a_partition_over_seals_it_in_the_former_owners_writer(stor
 class DelayedPuts(MemoryBackend):
     """Holds log-object PUTs of one writer until released: a PUT delayed past the lease."""
 
+    waits_for_io = True  # a held PUT blocks its thread, as a hanging store would
+
     def __init__(self):
         super().__init__()
         self.hold: str | None = None
