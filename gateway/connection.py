@@ -41,8 +41,8 @@ from typing import TypeVar
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.fetch_response import Buffer
 from kafscale.protocol.messages import Request, encode_response_pieces
+from kafscale.protocol.response_fields import Buffer
 from kafscale.storage_backends import StorageError
 
 from .budget import ByteBudget, RequestMemory

@@ -15,11 +15,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .varint import write_uvarint
+from .response_fields import Buffer, Endpoint, write_endpoints, write_length, write_string, write_tagged_field
 
-__all__ = ["Buffer", "FetchPartition", "FetchTopic", "FetchAnswer", "Endpoint", "encode_fetch_response"]
-
-Buffer = bytes | bytearray | memoryview
+__all__ = ["FetchPartition", "FetchTopic", "FetchAnswer", "encode_fetch_response"]
 
 _FIRST_FLEXIBLE = 12  # compact strings and arrays, tagged fields
 _FIRST_WITH_TOPIC_ID = 13  # topics named by id instead of by name
@@ -35,16 +33,6 @@ _PARTITION = struct.Struct(">ihqqq")  # index, error_code, high_watermark, last_
 _PARTITION_V4 = struct.Struct(">ihqq")  # without log_start
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _LEADER = struct.Struct(">ii")
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A broker named in a NOT_LEADER_OR_FOLLOWER answer (KIP-951, Fetch v16+)."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
 
 
 @dataclass(slots=True)
@@ -101,53 +89,11 @@ class _Pieces:
         return self.pieces
 
 
-def _length(out: bytearray, count: int, flexible: bool, wide: bool = False) -> None:
-    """An array count or string/bytes length; ``wide`` for Kafka's int32 byte lengths."""
-    if flexible:
-        write_uvarint(count + 1, out)
-    elif wide:
-        out += _I32.pack(count)
-    else:
-        out += _I16.pack(count)
-
-
-def _string(out: bytearray, text: str | None, flexible: bool) -> None:
-    if text is None:
-        out += b"\x00" if flexible else _I16.pack(-1)
-        return
-    raw = text.encode()
-    _length(out, len(raw), flexible)
-    out += raw
-
-
-def _tagged_field(out: bytearray, tag: int, value: bytes | bytearray) -> None:
-    """A field list of one tagged field (kio leaves fields at their defaults out)."""
-    out.append(1)
-    write_uvarint(tag, out)
-    write_uvarint(len(value), out)
-    out += value
-
-
 def _partition_tags(out: bytearray, partition: FetchPartition) -> None:
     if partition.current_leader is None or partition.current_leader == (-1, -1):
         out.append(0)
     else:
-        _tagged_field(out, 1, _LEADER.pack(*partition.current_leader) + b"\x00")
-
-
-def _endpoints(out: bytearray, answer: FetchAnswer) -> None:
-    if not answer.node_endpoints:
-        out.append(0)
-        return
-    body = bytearray()
-    write_uvarint(len(answer.node_endpoints) + 1, body)
-    for endpoint in answer.node_endpoints:
-        body += _I32.pack(endpoint.node_id)
-        _string(body, endpoint.host, True)
-        body += _I32.pack(endpoint.port)
-        _string(body, endpoint.rack, True)
-        body.append(0)
-    _tagged_field(out, 0, body)
+        write_tagged_field(out, 1, _LEADER.pack(*partition.current_leader) + b"\x00")
 
 
 def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer) -> list[Buffer]:
@@ -163,13 +109,13 @@ def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer
         run += _HEAD.pack(answer.throttle_time_ms, answer.error_code, answer.session_id)
     else:
         run += _I32.pack(answer.throttle_time_ms)
-    _length(run, len(answer.topics), flexible, wide=True)
+    write_length(run, len(answer.topics), flexible, wide=True)
     for topic in answer.topics:
         if version >= _FIRST_WITH_TOPIC_ID:
             run += (topic.topic_id or uuid.UUID(int=0)).bytes
         else:
-            _string(run, topic.name, flexible)
-        _length(run, len(topic.partitions), flexible, wide=True)
+            write_string(run, topic.name, flexible)
+        write_length(run, len(topic.partitions), flexible, wide=True)
         for partition in topic.partitions:
             if version >= _FIRST_WITH_LOG_START:
                 run += _PARTITION.pack(partition.index, partition.error_code, partition.high_watermark,
@@ -180,14 +126,14 @@ def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer
             if partition.aborted is None:
                 run += b"\x00" if flexible else _I32.pack(-1)
             else:
-                _length(run, len(partition.aborted), flexible, wide=True)
+                write_length(run, len(partition.aborted), flexible, wide=True)
                 for producer_id, first_offset in partition.aborted:
                     run += _ABORTED.pack(producer_id, first_offset)
                     if flexible:
                         run += b"\x00"
             if version >= _FIRST_WITH_PREFERRED_REPLICA:
                 run += _I32.pack(-1)
-            _length(run, partition.records_size, flexible, wide=True)
+            write_length(run, partition.records_size, flexible, wide=True)
             for piece in partition.records:
                 out.stored(piece)  # ``run`` goes on empty
             if flexible:
@@ -195,7 +141,7 @@ def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer
         if flexible:
             run += b"\x00"
     if version >= _FIRST_WITH_ENDPOINTS:
-        _endpoints(run, answer)
+        write_endpoints(run, 0, answer.node_endpoints)
     elif flexible:
         run.append(0)
     return out.done()

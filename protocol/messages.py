@@ -22,10 +22,12 @@ from kio.serial import entity_reader, entity_writer
 from .api_versions import ApiKey, version_range
 from .entities import build
 from .errors import MalformedFrame, UnsupportedVersion
-from .fetch_response import Buffer, FetchAnswer, encode_fetch_response
+from .fetch_response import FetchAnswer, encode_fetch_response
 from .guard import check_lengths
 from .legacy import legacy, target_version
 from .produce_request import decode_produce_body
+from .produce_response import ProduceAnswer, encode_produce_response
+from .response_fields import Buffer
 
 __all__ = [
     "RequestHeader",
@@ -195,9 +197,12 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
 
 def encode_response_pieces(header: RequestHeader, body: Any) -> list[Buffer]:
     """The response payload as buffers to send in order: a Fetch answer's stored batches
-    stay where they are (see :mod:`.fetch_response`), any other answer is one buffer."""
+    stay where they are (see :mod:`.fetch_response`), any other answer is one buffer
+    (Produce's encoded by hand, see :mod:`.produce_response`)."""
     if isinstance(body, FetchAnswer):
         return encode_fetch_response(header.correlation_id, header.api_version, body)
+    if isinstance(body, ProduceAnswer):
+        return [encode_produce_response(header.correlation_id, header.api_version, body)]
     return [encode_response(header, body)]
 
 

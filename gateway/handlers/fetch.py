@@ -15,8 +15,9 @@ import trio
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.fetch_response import Endpoint, FetchAnswer, FetchPartition, FetchTopic
+from kafscale.protocol.fetch_response import FetchAnswer, FetchPartition, FetchTopic
 from kafscale.protocol.messages import Request
+from kafscale.protocol.response_fields import Endpoint
 
 from ..budget import RequestMemory
 from ..context import RequestContext

@@ -13,6 +13,7 @@ from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import to_millis
 from kafscale.protocol.errors import CorruptBatch, ErrorCode, KafkaError, RecordsWithoutKey
 from kafscale.protocol.messages import Request
+from kafscale.protocol.produce_response import ProduceAnswer, ProducePartition, ProduceTopic
 from kafscale.protocol.record_policy import (
     CODECS,
     recompress,
@@ -20,32 +21,29 @@ from kafscale.protocol.record_policy import (
     stamp_log_append_time,
 )
 from kafscale.protocol.records import BatchHeader, has_transactional_batch, split_batches, validate_record_set
+from kafscale.protocol.response_fields import Endpoint
 
 from ..context import RequestContext
 from ..lfs import LfsRecordsRefused
 from ..partition_log import FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
-from .base import Completion, Ready, leader_hint, register, respond
+from .base import Completion, Ready, leader_hint, register
 from .transactional_produce import verify_transaction
 
 log = logging.getLogger("kafscale.handlers.produce")
 
 
-def _partition(index: int, code: ErrorCode, base_offset: int = -1, log_start_offset: int = -1,
-               message: str | None = None, record_errors: list[dict] | None = None,
-               log_append_time: int = -1) -> dict:
-    return dict(index=index, error_code=code, base_offset=base_offset, log_append_time=log_append_time,
-                log_start_offset=log_start_offset, record_errors=record_errors or [], error_message=message,
-                current_leader=dict(leader_id=-1, leader_epoch=-1))
+def _partition(index: int, code: ErrorCode, message: str | None = None) -> ProducePartition:
+    """A partition's answer with nothing appended."""
+    return ProducePartition(index, code, error_message=message)
 
 
-def _refused(index: int, code: ErrorCode, reason: str, indexes: list[int]) -> dict:
+def _refused(index: int, code: ErrorCode, reason: str, indexes: list[int]) -> ProducePartition:
     """A batch refused for some of its records, nothing of it stored: Produce v8+ names
     each (Kafka's record_errors, the first 100)."""
-    return _partition(index, code, message=f"{len(indexes)} record(s) refused: {reason} (the first at batch index "
-                      f"{indexes[0]})", record_errors=[dict(batch_index=i, batch_index_error_message=reason)
-                                                       for i in indexes[:100]])
+    return ProducePartition(index, code, error_message=f"{len(indexes)} record(s) refused: {reason} (the first at "
+                            f"batch index {indexes[0]})", record_errors=[(i, reason) for i in indexes[:100]])
 
 
 class RecordsRefused(Exception):
@@ -99,11 +97,9 @@ async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, i
     return refused
 
 
-def _error(request: Request, code: ErrorCode):
-    return respond(request, dict(responses=[
-        dict(name=topic.name, partition_responses=[_partition(p.index, code) for p in topic.partition_data])
-        for topic in request.body.topic_data
-    ]))
+def _error(request: Request, code: ErrorCode) -> ProduceAnswer:
+    return ProduceAnswer([ProduceTopic(topic.name, [_partition(p.index, code) for p in topic.partition_data])
+                          for topic in request.body.topic_data])
 
 
 def _timeout(request: Request, limit: float) -> float:
@@ -153,7 +149,7 @@ async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
     verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs)
     lfs_refused = await _check_lfs(ctx, body, logs)
 
-    results: dict[tuple[str, int], dict] = {}
+    results: dict[tuple[str, int], ProducePartition] = {}
     waits: list[_Wait] = []
     produced_bytes = produced_records = 0
     now_ms = int(time.time() * 1000)
@@ -241,10 +237,10 @@ class _Flushes:
 
     ctx: RequestContext
     request: Request
-    results: dict[tuple[str, int], dict]  # partitions answered already (refused)
+    results: dict[tuple[str, int], ProducePartition]  # partitions answered already (refused)
     waits: list[_Wait]
 
-    async def answer(self, deadline: float):
+    async def answer(self, deadline: float) -> ProduceAnswer | None:
         # acks=0 waits too, without answering: the request keeps its bytes in the memory budget
         # until its flush is done, so a client producing with acks=0 faster than the store
         # writes is held back instead of filling the partition buffers.
@@ -266,19 +262,19 @@ class _Flushes:
                 except KafkaError as exc:
                     results[wait.key] = _partition(index, exc.code, message=str(exc))
                 else:
-                    results[wait.key] = _partition(index, ErrorCode.none, wait.base_offset,
-                                                   wait.target.log_start_offset, log_append_time=wait.append_time)
+                    results[wait.key] = ProducePartition(index, ErrorCode.none, wait.base_offset, wait.append_time,
+                                                         wait.target.log_start_offset)
         if body.acks == 0:
             return None
         for wait in self.waits:
             results.setdefault(wait.key, _partition(wait.key[1], ErrorCode.request_timed_out,
                                                     message="flush not durable in time"))
-        endpoints: dict[int, dict] = {}
+        endpoints: dict[int, Endpoint] = {}
         for (name, index), result in results.items():
-            if result["error_code"] == ErrorCode.not_leader_or_follower:
-                result["current_leader"], found = leader_hint(self.ctx, name, index)
-                endpoints.update((e["node_id"], e) for e in found)
-        return respond(self.request, dict(node_endpoints=list(endpoints.values()), responses=[
-            dict(name=topic.name, partition_responses=[results[(topic.name, p.index)] for p in topic.partition_data])
-            for topic in body.topic_data
-        ]))
+            if result.error_code == ErrorCode.not_leader_or_follower:
+                leader, found = leader_hint(self.ctx, name, index)
+                result.current_leader = (leader["leader_id"], leader["leader_epoch"])
+                endpoints.update((e["node_id"], Endpoint(e["node_id"], e["host"], e["port"], e.get("rack")))
+                                 for e in found)
+        return ProduceAnswer([ProduceTopic(topic.name, [results[(topic.name, p.index)] for p in topic.partition_data])
+                              for topic in body.topic_data], node_endpoints=list(endpoints.values()))

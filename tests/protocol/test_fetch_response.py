@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey
 from kafscale.protocol.entities import build
-from kafscale.protocol.fetch_response import Endpoint, FetchAnswer, FetchPartition, FetchTopic, encode_fetch_response
+from kafscale.protocol.fetch_response import FetchAnswer, FetchPartition, FetchTopic, encode_fetch_response
 from kafscale.protocol.messages import RequestHeader, decode_response, encode_response, response_class
+from kafscale.protocol.response_fields import Endpoint
 
 _FETCH = SERVED_VERSIONS[ApiKey.FETCH]
 _I32 = st.integers(-(2**31), 2**31 - 1)
