@@ -158,7 +158,8 @@ class LocalBackend(ObstoreBackend):
         self.root.mkdir(parents=True, exist_ok=True)
         super().__init__(LocalStore(str(self.root), mkdir=True), f"file://{self.root}")
         self._fsync = fsync
-        self._durable_dirs: set[Path] = set()
+        self._root = str(self.root)
+        self._durable_dirs: set[str] = set()
 
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         try:
@@ -179,27 +180,36 @@ class LocalBackend(ObstoreBackend):
 
     def put_if_absent(self, key: str, data: ObjectData) -> str:
         """A new file linked into place (a link never replaces: a second writer gets
-        FileExistsError); its version is the written inode's, taken before it is visible."""
-        path = self.root / key
+        FileExistsError); its version is the written inode's, taken before it is visible.
+
+        The gateway's hot path (a log object per flush): plain string paths, no pathlib, and
+        the file's data is fsync'd once, before the link; then only the new entry's directory."""
+        path = os.path.join(self._root, key)
         temporary = _temporary(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            written = self._write_file(temporary, data)
+            try:
+                written = self._write_file(temporary, data)
+            except FileNotFoundError:  # the first object under a new directory
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                written = self._write_file(temporary, data)
             os.link(temporary, path)
         except FileExistsError as exc:
             raise ObjectExists(key) from exc
         except OSError as exc:
             raise StorageUnavailable(f"put {key}: {exc}") from exc
         finally:
-            temporary.unlink(missing_ok=True)
-        self._made_durable(key)
+            _discard(temporary)
+        try:
+            self._entry_durable(path)
+        except OSError as exc:
+            raise StorageUnavailable(f"fsync {key}: {exc}") from exc
         return written
 
     def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
         """obstore's LocalStore has no conditional update: the file is locked, its version
         checked, and a new file renamed over it. A second writer locks the replaced inode
         or the new one, and either way finds the version changed."""
-        path = self.root / key
+        path = os.path.join(self._root, key)
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError as exc:
@@ -218,15 +228,15 @@ class LocalBackend(ObstoreBackend):
             written = self._write_file(temporary, data)
             os.rename(temporary, path)
             if self._fsync:
-                _fsync_path(path.parent)
+                _fsync_path(os.path.dirname(path))
         except OSError as exc:
-            temporary.unlink(missing_ok=True)
+            _discard(temporary)
             raise StorageUnavailable(f"put {key}: {exc}") from exc
         finally:
             os.close(fd)
         return written
 
-    def _write_file(self, path: Path, data: ObjectData) -> str:
+    def _write_file(self, path: str | Path, data: ObjectData) -> str:
         """A new file holding ``data`` (fsync'd); its version, which a rename or link keeps."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -240,22 +250,27 @@ class LocalBackend(ObstoreBackend):
     def _made_durable(self, key: str) -> None:
         if not self._fsync:
             return
-        path = self.root / key
+        path = os.path.join(self._root, key)
         try:
             _fsync_path(path)
-            # The new directory entry must reach the disk too; directories above it
-            # only once, the first time we see them (they may have just been created).
-            directory = path.parent
-            _fsync_path(directory)
-            while directory != self.root and self.root in directory.parents:
-                parent = directory.parent
-                if directory in self._durable_dirs:
-                    break
-                _fsync_path(parent)
-                self._durable_dirs.add(directory)
-                directory = parent
+            self._entry_durable(path)
         except OSError as exc:
             raise StorageUnavailable(f"fsync {key}: {exc}") from exc
+
+    def _entry_durable(self, path: str) -> None:
+        """Make the directory entry of ``path`` reach the disk; directories above it only
+        once, the first time we see them (they may have just been created)."""
+        if not self._fsync:
+            return
+        directory = os.path.dirname(path)
+        _fsync_path(directory)
+        while directory != self._root and directory.startswith(self._root + os.sep):
+            if directory in self._durable_dirs:
+                break
+            parent = os.path.dirname(directory)
+            _fsync_path(parent)
+            self._durable_dirs.add(directory)
+            directory = parent
 
 
 def _reason(exc: BaseException) -> str:
@@ -264,9 +279,17 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _temporary(path: Path) -> Path:
+def _temporary(path: str | Path) -> str:
     """A name beside ``path`` no other writer uses (listings of segments skip it)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 _IOV_MAX = 1024  # Linux's UIO_MAXIOV: the most buffers one writev takes
@@ -289,7 +312,7 @@ def _file_version(stat: os.stat_result) -> str:
     return f"{stat.st_ino:x}-{stat.st_mtime_ns:x}-{stat.st_size:x}"
 
 
-def _fsync_path(path: Path) -> None:
+def _fsync_path(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
