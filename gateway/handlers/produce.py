@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import trio
@@ -246,7 +247,10 @@ class _Flushes:
         # writes is held back instead of filling the partition buffers.
         body, results = self.request.body, self.results
         transactional = body.transactional_id is not None
-        with trio.CancelScope(deadline=deadline):
+        # By the time a request's turn to be answered comes its flush is usually done: then
+        # nothing is awaited, and no deadline needs a cancel scope.
+        waiting = transactional or not all(wait.ticket.done for wait in self.waits)
+        with trio.CancelScope(deadline=deadline) if waiting else nullcontext():
             for wait in self.waits:
                 index = wait.key[1]
                 try:
