@@ -342,7 +342,7 @@ class LimitsConfig:
         30_000, "close a connection that stops sending a started request or stops reading its answers "
         "for this long", minimum=1)
     request_timeout_ms: int = _opt(30_000, "longest a request may take before REQUEST_TIMED_OUT", minimum=1)
-    storage_threads: int = _opt(8, "worker threads doing object-store calls", minimum=1)
+    storage_threads: int = _opt(8, "worker threads doing object-store calls (memory:// needs none)", minimum=1)
     cache_bytes: int = _opt(256 * 2**20, "bytes of recent segments kept in memory for fetches", minimum=0)
     shutdown_timeout_ms: int = _opt(10_000, "grace period to flush on SIGTERM/SIGINT", minimum=0)
 
