@@ -222,7 +222,13 @@ class Connection:
                 continue
             if not event.handler.ordered:
                 await self._queue(send_slots, slot)
-                nursery.start_soon(self._handle, event.handler, event.request, slot)
+                # The next request is read once this one's task has started: what a handler does
+                # before its first wait (an OffsetCommit's offsets taken) follows the order of the
+                # requests, as on a Kafka broker. An event, not nursery.start, which builds a
+                # nursery per request.
+                running = trio.Event()
+                nursery.start_soon(self._handle, event.handler, event.request, slot, running)
+                await running.wait()
                 continue
             # Run here: the next request is read once this one's effects are ordered. Shutdown
             # may cancel it meanwhile (a delayed authentication failure): it then had no effect,
@@ -317,8 +323,10 @@ class Connection:
         await self._encode(slot, ordered.handler, ordered.request, body)
         ordered.timed.observe(time.perf_counter() - ordered.started)
 
-    async def _handle(self, handler: Handler, request: Request, slot: _Slot) -> None:
-        """A request in a task of its own."""
+    async def _handle(self, handler: Handler, request: Request, slot: _Slot, running: trio.Event) -> None:
+        """A request in a task of its own; ``running`` is set as it starts (the reader goes on
+        once this task first waits)."""
+        running.set()
         try:
             counted, timed = self.ctx.metrics.request_metrics(handler.api_key.name, request.header.api_version)
             counted.inc()
