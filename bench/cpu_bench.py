@@ -83,14 +83,24 @@ them into a BytesIO and `getvalue` copying again; kio's writers 25 % of Python s
 copy into the socket (`sendmsg`) about 40 %, the loop waiting in epoll about 20 %, CRC checks of the windows \
 read from the store 14 %; nothing is copied in Python any more: segments, windows and entries stay in the \
 buffer the store returned (obstore's, lent), answers are the hand-encoded fields around views of them.
-- still ahead, per request: with linger 0 at 1,000 msgs/s (the latency rows) every message is a Produce request \
-and, arriving slowly, a log object of its own: about 350 µs of CPU each in memory and 700-790 µs on the filesystem \
-(create, write, fsync of a file per object), unchanged by this work, against Tansu's ~58 µs. In memory (py-spy \
--r 500) about a quarter of it is handing each object's write to a worker thread and back, the rest spread over \
-the connection's task, cancel scopes and events per request, decoding, the writer and the loop. Then Produce answers built as kio objects, the cache's copy \
-of entries made of several requests (caching views of the written object instead would keep whole objects \
-alive while the cache counts only their entries); on the filesystem the kernel's write and fsync (about \
-2 s per GiB on this VM) and the page-cache copy of every read, which an in-memory peer does not pay."""
+- per request, before: with linger 0 at 1,000 msgs/s (the latency rows) every message is a Produce request \
+and, arriving slowly, a log object of its own. In memory (py-spy -r 500, at 59866fa) about a quarter of its CPU was \
+handing each object's write to a worker thread and back; the rest the connection's task per request, its admission \
+event, cancel scopes, kio building and encoding the answer, the writer and the loop.
+- per request, after (memory, py-spy -r 500 and cProfile): the Produce handler runs in the connection's reader \
+until its offsets are assigned and the connection's writer builds the answer when its turn comes (no task, no \
+event, one deadline, no cancel scope when the flush is already done); the in-memory store is called on the loop \
+(`waits_for_io`); the answer is encoded by hand and written with one `writev`. What is left: the kernel's loopback \
+TCP work in `writev`/`recv` (about a quarter of samples, paid by any broker), the loop's epoll, two cancel scopes \
+per request (the receive's idle deadline, the admission's deadline), the Produce decoder and validation, the writer's \
+object per request, and the cyclic collector's young passes over the log index (about 10 objects per log object, \
+35-46 ms a pass on this VM every 50,000 allocations; full passes 200-430 ms once the uncompacted index is large: \
+they are most of the ack p99). On the filesystem each object is also a file created, written, fsync'd, linked and \
+its directory fsync'd in a worker thread (about 180 µs of CPU for the create-write-fsync alone here).
+- still ahead: per-request CPU is 4-5x Tansu's (690-760 µs against 160-171 µs in memory in the run above); produce at 100 B \
+stays above Tansu's per GiB on this VM (8.8-11.7 against 7.1-7.9), while 1 KiB is below; the memory store's join of \
+each log object (obstore takes one buffer); the cache's copy of entries made of several requests; on the \
+filesystem the kernel's write and fsync and the page-cache copy of every read, which an in-memory peer does not pay."""
 
 
 def latency(broker: Broker) -> list[dict]:
