@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .response_fields import Buffer, Endpoint, write_endpoints, write_length, write_string, write_tagged_field
+from .response_fields import Buffer, Endpoint, write_endpoints, write_leader, write_length, write_string
 
 __all__ = ["FetchPartition", "FetchTopic", "FetchAnswer", "encode_fetch_response"]
 
@@ -26,13 +26,11 @@ _FIRST_WITH_SESSION = 7  # top-level error_code and session_id
 _FIRST_WITH_PREFERRED_REPLICA = 11
 _FIRST_WITH_ENDPOINTS = 16  # node_endpoints (tagged)
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _PARTITION = struct.Struct(">ihqqq")  # index, error_code, high_watermark, last_stable, log_start
 _PARTITION_V4 = struct.Struct(">ihqq")  # without log_start
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
-_LEADER = struct.Struct(">ii")
 
 
 @dataclass(slots=True)
@@ -89,13 +87,6 @@ class _Pieces:
         return self.pieces
 
 
-def _partition_tags(out: bytearray, partition: FetchPartition) -> None:
-    if partition.current_leader is None or partition.current_leader == (-1, -1):
-        out.append(0)
-    else:
-        write_tagged_field(out, 1, _LEADER.pack(*partition.current_leader) + b"\x00")
-
-
 def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer) -> list[Buffer]:
     """The response payload (header and body, without the size prefix) as pieces to send
     in order; the records pieces are the ones given, not copies."""
@@ -137,7 +128,7 @@ def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer
             for piece in partition.records:
                 out.stored(piece)  # ``run`` goes on empty
             if flexible:
-                _partition_tags(run, partition)
+                write_leader(run, 1, partition.current_leader)
         if flexible:
             run += b"\x00"
     if version >= _FIRST_WITH_ENDPOINTS:

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .response_fields import Endpoint, write_endpoints, write_length, write_string, write_tagged_field
+from .response_fields import Endpoint, write_endpoints, write_leader, write_length, write_string
 
 __all__ = ["ProducePartition", "ProduceTopic", "ProduceAnswer", "encode_produce_response"]
 
@@ -24,7 +24,6 @@ _FIRST_WITH_LEADER = 10  # current_leader and node_endpoints (tagged, KIP-951)
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqqq")  # index, error_code, base_offset, log_append_time_ms, log_start_offset
 _PARTITION_V4 = struct.Struct(">ihqq")  # without log_start_offset
-_LEADER = struct.Struct(">ii")
 
 
 @dataclass(slots=True)
@@ -77,13 +76,8 @@ def encode_produce_response(correlation_id: int, version: int, answer: ProduceAn
                     if flexible:
                         out.append(0)
                 write_string(out, partition.error_message, flexible)
-            if not flexible:
-                continue
-            leader = partition.current_leader
-            if version >= _FIRST_WITH_LEADER and leader is not None and leader != (-1, -1):
-                write_tagged_field(out, 0, _LEADER.pack(*leader) + b"\x00")
-            else:
-                out.append(0)
+            if flexible:
+                write_leader(out, 0, partition.current_leader if version >= _FIRST_WITH_LEADER else None)
         if flexible:
             out.append(0)
     out += _I32.pack(answer.throttle_time_ms)

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 
 from .varint import write_uvarint
 
-__all__ = ["Buffer", "Endpoint", "write_length", "write_string", "write_tagged_field", "write_endpoints"]
+__all__ = ["Buffer", "Endpoint", "write_length", "write_string", "write_tagged_field", "write_leader",
+           "write_endpoints"]
 
 Buffer = bytes | bytearray | memoryview
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_LEADER = struct.Struct(">ii")  # leader_id, leader_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,15 @@ def write_tagged_field(out: bytearray, tag: int, value: bytes | bytearray) -> No
     write_uvarint(tag, out)
     write_uvarint(len(value), out)
     out += value
+
+
+def write_leader(out: bytearray, tag: int, leader: tuple[int, int] | None) -> None:
+    """A partition's tagged fields: its current leader (KIP-951, with NOT_LEADER_OR_FOLLOWER)
+    as ``tag``, or none when unknown."""
+    if leader is None or leader == (-1, -1):
+        out.append(0)
+    else:
+        write_tagged_field(out, tag, _LEADER.pack(*leader) + b"\x00")
 
 
 def write_endpoints(out: bytearray, tag: int, endpoints: Sequence[Endpoint]) -> None:

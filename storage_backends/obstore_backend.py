@@ -236,7 +236,7 @@ class LocalBackend(ObstoreBackend):
             os.close(fd)
         return written
 
-    def _write_file(self, path: str | Path, data: ObjectData) -> str:
+    def _write_file(self, path: str, data: ObjectData) -> str:
         """A new file holding ``data`` (fsync'd); its version, which a rename or link keeps."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -279,7 +279,7 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _temporary(path: str | Path) -> str:
+def _temporary(path: str) -> str:
     """A name beside ``path`` no other writer uses (listings of segments skip it)."""
     directory, name = os.path.split(path)
     return os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
@@ -312,7 +312,7 @@ def _file_version(stat: os.stat_result) -> str:
     return f"{stat.st_ino:x}-{stat.st_mtime_ns:x}-{stat.st_size:x}"
 
 
-def _fsync_path(path: str | Path) -> None:
+def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
