@@ -62,6 +62,8 @@ _SEND_CHUNK = 1 << 20  # under TLS a response goes out in pieces this large, eac
 _IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
 _SIZE = struct.Struct(">i")
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
+_CHUNK = 64 * 1024  # a plain TCP connection's receive buffer
+_YIELD_BYTES = 1 << 20  # read without a checkpoint at most this much of one large body
 T = TypeVar("T")
 
 
@@ -108,6 +110,8 @@ class Connection:
         self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
         # The socket under a plain TCP stream, which large request bodies are received from directly.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._chunk = memoryview(bytearray(_CHUNK)) if self._socket is not None else memoryview(b"")
+        self._unyielded = 0  # bytes read since the reader last let other tasks run
 
     def stop_reading(self) -> None:
         """Graceful shutdown: answer what was read, read nothing more."""
@@ -149,16 +153,43 @@ class Connection:
             if self.unanswered == 0:
                 raise _Closing(f"idle for {config.limits.connections_max_idle_ms} ms")
 
-    async def _receive_into(self, view: memoryview, request_deadline: float) -> int:
-        """Bytes received into ``view`` (0: the client closed the connection), by the request's
-        deadline. Only a plain TCP stream's socket is read this way (TLS decrypts in chunks)."""
+    async def _receive_into(self, view: memoryview, request_deadline: float | None) -> int:
+        """Bytes received into ``view`` (0: the client closed the connection), on a plain TCP
+        stream's socket (TLS decrypts in chunks: :meth:`_receive`). What the client has sent
+        is read at once: no trip through the scheduler, no cancel scope; the loop is waited on,
+        with the same deadlines as :meth:`_receive`, only when nothing has arrived."""
         assert self._socket is not None
-        with trio.CancelScope(deadline=request_deadline):
+        while True:
             try:
-                return await self._socket.recv_into(view)
+                count = os.readv(self._socket.fileno(), (view,))
+            except BlockingIOError:
+                await self._wait_readable(request_deadline)
+                continue
             except OSError:
                 return 0  # the client reset the connection
-        raise _Closing(f"a request not complete {self.ctx.config.limits.connection_stall_ms} ms after it started")
+            # A client that always has more to send still lets the other tasks run: each
+            # request is queued for the writer (a checkpoint), and each MiB read yields.
+            self._unyielded += count
+            if self._unyielded >= _YIELD_BYTES:
+                self._unyielded = 0
+                await trio.lowlevel.checkpoint()
+            return count
+
+    async def _wait_readable(self, request_deadline: float | None) -> None:
+        """Until the socket has bytes to read; a started request must be complete by
+        ``request_deadline``, an idle connection is closed as in :meth:`_receive`."""
+        assert self._socket is not None
+        limits = self.ctx.config.limits
+        deadline = request_deadline
+        if deadline is None:
+            deadline = trio.current_time() + limits.connections_max_idle_ms / 1000
+        with trio.CancelScope(deadline=deadline):
+            await trio.lowlevel.wait_readable(self._socket)
+            return
+        if request_deadline is not None:
+            raise _Closing(f"a request not complete {limits.connection_stall_ms} ms after it started")
+        if self.unanswered == 0:
+            raise _Closing(f"idle for {limits.connections_max_idle_ms} ms")
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
@@ -184,15 +215,19 @@ class Connection:
                     request_deadline = None
                 if request_deadline is None and (wire.buffered or wire.pending_size is not None):
                     request_deadline = trio.current_time() + stall
-                # A large body whose memory is held is received straight into the frame: one
-                # copy and one receive for what would be many chunks through a buffer.
-                view = wire.body_view() if reserved >= _DIRECT_MIN and self._socket is not None else None
-                if view is not None:
-                    count = await self._receive_into(view, request_deadline or trio.current_time() + stall)
+                if self._socket is not None:
+                    # A large body whose memory is held is received straight into the frame:
+                    # one copy and one receive for what would be many chunks through a buffer.
+                    # Anything else through the connection's own buffer, reused.
+                    body = wire.body_view() if reserved >= _DIRECT_MIN else None
+                    count = await self._receive_into(self._chunk if body is None else body, request_deadline)
                     if not count:
                         return
                     self._ack_now()
-                    wire.received_into(count)
+                    if body is None:
+                        wire.receive_data(self._chunk[:count])
+                    else:
+                        wire.received_into(count)
                     continue
                 data = await self._receive(request_deadline)
                 if not data:

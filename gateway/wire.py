@@ -72,7 +72,7 @@ class KafkaWire:
         self._max_unauthenticated_frame = max_unauthenticated_frame_bytes
         self._decoder = FrameDecoder(max_frame_bytes)
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         self._decoder.feed(data)
 
     @property

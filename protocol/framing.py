@@ -33,7 +33,7 @@ class FrameDecoder:
         self._frame: bytearray | None = None  # that body, when received straight into it
         self._filled = 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         if self._frame is not None:  # the rest of a body being received directly first
             take = min(len(data), len(self._frame) - self._filled)
             self._frame[self._filled:self._filled + take] = data[:take]
