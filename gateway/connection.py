@@ -290,8 +290,14 @@ class Connection:
         await self._queue(send_slots, slot)
 
     async def _queue(self, send_slots, slot: _Slot) -> None:
+        """The slot to the writer, in request order. Without a trip through the scheduler while
+        the writer has room: the reader goes on with what the client sent, the writer answers
+        it once the reader waits (at most ``max_inflight_requests`` queued meanwhile)."""
         self.unanswered += 1
-        await send_slots.send(slot)
+        try:
+            send_slots.send_nowait(slot)
+        except trio.WouldBlock:
+            await send_slots.send(slot)
 
     def _ack_now(self) -> None:
         """ACK what we just read instead of delaying it until the response.
@@ -403,7 +409,7 @@ class Connection:
 
     async def _write(self, receive_slots, scope: trio.CancelScope) -> None:
         async with receive_slots:
-            async for slot in receive_slots:
+            while (slot := await _next_slot(receive_slots)) is not None:
                 try:
                     if slot.ordered is not None:
                         await self._complete(slot, slot.ordered)
@@ -458,6 +464,21 @@ class Connection:
         with trio.CancelScope(deadline=trio.current_time() + stall_ms / 1000):
             return await sending
         raise _Closing(f"the client took none of a response for {stall_ms} ms")
+
+
+async def _next_slot(receive_slots) -> _Slot | None:
+    """The next slot to answer (``None`` once the reader is done): one waiting already is
+    taken without a trip through the scheduler (the writer answers at most
+    ``max_inflight_requests`` before the reader runs again)."""
+    try:
+        return receive_slots.receive_nowait()
+    except trio.WouldBlock:
+        try:
+            return await receive_slots.receive()
+        except trio.EndOfChannel:
+            return None
+    except trio.EndOfChannel:
+        return None
 
 
 def _chunks(pieces: list[Buffer], size: int) -> Iterator[Buffer]:
