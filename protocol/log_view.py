@@ -35,7 +35,7 @@ from .layout import parse_log_object_key
 from .log_object import LogEntry, LogObjectDirectory
 from .records import BatchHeader, iter_records
 
-__all__ = ["Piece", "PartitionView", "StoredSegment", "entries_by_partition", "partition_view", "first_record_at",
+__all__ = ["Piece", "PartitionView", "StoredSegment", "entries_by_partition", "entries_of_writers", "partition_view", "first_record_at",
            "pieces_from"]
 
 SEGMENT = "segment"
@@ -96,8 +96,13 @@ def entries_by_partition(directories: Iterable[LogObjectDirectory]) -> dict[tupl
     for directory in directories:
         parsed = parse_log_object_key(directory.key)
         by_writer[parsed[0] if parsed else directory.key].append(directory)
+    return entries_of_writers(by_writer.values())
+
+
+def entries_of_writers(writers: Iterable[Iterable[LogObjectDirectory]]) -> dict[tuple[str, int], list[LogEntry]]:
+    """The valid entries of every partition, from each writer's log objects (in any order)."""
     found: dict[tuple[str, int], list[LogEntry]] = defaultdict(list)
-    for objects in by_writer.values():
+    for objects in writers:
         for directory in sorted(objects, key=lambda d: d.sequence):
             if directory.seals_all:
                 break
