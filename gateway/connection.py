@@ -35,7 +35,8 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from itertools import islice
 from typing import TypeVar
 
@@ -63,7 +64,7 @@ _IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
 _SIZE = struct.Struct(">i")
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
 _CHUNK = 64 * 1024  # a plain TCP connection's receive buffer
-_YIELD_BYTES = 1 << 20  # read without a checkpoint at most this much of one large body
+_YIELD_BYTES = 1 << 20  # the reader lets other tasks run at least once per this much read
 T = TypeVar("T")
 
 
@@ -135,35 +136,23 @@ class Connection:
             await trio.aclose_forcefully(self.stream)
 
     async def _receive(self, request_deadline: float | None) -> bytes:
-        """The next bytes from the client; b"" when it closed the connection. A started
-        request must be complete by ``request_deadline``; between requests the connection
-        may stay idle for ``connections_max_idle_ms`` while nothing of it is unanswered."""
-        config = self.ctx.config
-        while True:
-            deadline = request_deadline
-            if deadline is None:
-                deadline = trio.current_time() + config.limits.connections_max_idle_ms / 1000
-            with trio.CancelScope(deadline=deadline):  # move_on_at, without its generator
-                try:
-                    return await self.stream.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return b""  # the client reset or closed the connection
-            if request_deadline is not None:
-                raise _Closing(f"a request not complete {config.limits.connection_stall_ms} ms after it started")
-            if self.unanswered == 0:
-                raise _Closing(f"idle for {config.limits.connections_max_idle_ms} ms")
+        """The next bytes from a TLS stream (it decrypts in chunks); b"" when the client closed
+        the connection."""
+        try:
+            return await self._client_sends(partial(self.stream.receive_some, 65536), request_deadline)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return b""  # the client reset or closed the connection
 
     async def _receive_into(self, view: memoryview, request_deadline: float | None) -> int:
-        """Bytes received into ``view`` (0: the client closed the connection), on a plain TCP
-        stream's socket (TLS decrypts in chunks: :meth:`_receive`). What the client has sent
-        is read at once: no trip through the scheduler, no cancel scope; the loop is waited on,
-        with the same deadlines as :meth:`_receive`, only when nothing has arrived."""
+        """Bytes received into ``view`` (0: the client closed the connection) from a plain TCP
+        stream's socket. What the client has sent is read at once: no trip through the
+        scheduler, no cancel scope; the loop is waited on only when nothing has arrived."""
         assert self._socket is not None
         while True:
             try:
                 count = os.readv(self._socket.fileno(), (view,))
             except BlockingIOError:
-                await self._wait_readable(request_deadline)
+                await self._client_sends(partial(trio.lowlevel.wait_readable, self._socket), request_deadline)
                 continue
             except OSError:
                 return 0  # the client reset the connection
@@ -175,21 +164,21 @@ class Connection:
                 await trio.lowlevel.checkpoint()
             return count
 
-    async def _wait_readable(self, request_deadline: float | None) -> None:
-        """Until the socket has bytes to read; a started request must be complete by
-        ``request_deadline``, an idle connection is closed as in :meth:`_receive`."""
-        assert self._socket is not None
+    async def _client_sends(self, waiting: Callable[[], Awaitable[T]], request_deadline: float | None) -> T:
+        """``waiting()``'s result, which waits for the client. A started request must be
+        complete by ``request_deadline``; between requests the connection may stay idle for
+        ``connections_max_idle_ms`` while nothing of it is unanswered."""
         limits = self.ctx.config.limits
-        deadline = request_deadline
-        if deadline is None:
-            deadline = trio.current_time() + limits.connections_max_idle_ms / 1000
-        with trio.CancelScope(deadline=deadline):
-            await trio.lowlevel.wait_readable(self._socket)
-            return
-        if request_deadline is not None:
-            raise _Closing(f"a request not complete {limits.connection_stall_ms} ms after it started")
-        if self.unanswered == 0:
-            raise _Closing(f"idle for {limits.connections_max_idle_ms} ms")
+        while True:
+            deadline = request_deadline
+            if deadline is None:
+                deadline = trio.current_time() + limits.connections_max_idle_ms / 1000
+            with trio.CancelScope(deadline=deadline):  # move_on_at, without its generator
+                return await waiting()
+            if request_deadline is not None:
+                raise _Closing(f"a request not complete {limits.connection_stall_ms} ms after it started")
+            if self.unanswered == 0:
+                raise _Closing(f"idle for {limits.connections_max_idle_ms} ms")
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
