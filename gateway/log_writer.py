@@ -34,7 +34,6 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObjectDirectory
-from kafscale.protocol.records import BatchHeader
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, StorageError
 
 from .log_objects import LogObjects, read_slot
@@ -232,13 +231,16 @@ class LogWriter:
         for (partition_log, pending), entry in zip(items, directory.entries, strict=True):
             # Cached from the appended record sets, not as slices of the object: a slice would
             # keep the whole object alive while the cache counts only the entry.
-            parts = []
-            batches: list[BatchHeader] = []
-            position = 0
-            for record_set, stamped in pending.record_sets:
-                batches.extend(header.at(position=position + header.position) for header in stamped)
-                parts.append(record_set)
-                position += len(record_set)
+            if len(pending.record_sets) == 1:  # the usual case: its headers are positioned in it already
+                record_set, batches = pending.record_sets[0]
+                parts = [record_set]
+            else:
+                parts, batches = [], []
+                position = 0
+                for record_set, stamped in pending.record_sets:
+                    batches.extend(header.at(position=position + header.position) for header in stamped)
+                    parts.append(record_set)
+                    position += len(record_set)
             partition_log.written(entry, EntryBatches(_cacheable(parts), batches))
             pending.ticket.finish()
         log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), size)
