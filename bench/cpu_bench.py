@@ -92,17 +92,31 @@ event, cancel scopes, kio building and encoding the answer, the writer and the l
 - per request, after (memory, py-spy -r 500 and cProfile): the Produce handler runs in the connection's reader \
 until its offsets are assigned and the connection's writer builds the answer when its turn comes (no task, no \
 event, one deadline, no cancel scope when the flush is already done); the in-memory store is called on the loop \
-(`waits_for_io`); the answer is encoded by hand and written with one `writev`. What is left: the kernel's loopback \
-TCP work in `writev`/`recv` (about a quarter of samples, paid by any broker), the loop's epoll, two cancel scopes \
-per request (the receive's idle deadline, the admission's deadline), the Produce decoder and validation, the writer's \
-object per request, and the cyclic collector's young passes over the log index (about 10 objects per log object, \
-35-46 ms a pass on this VM every 50,000 allocations; full passes 200-430 ms once the uncompacted index is large: \
-they are most of the ack p99). On the filesystem each object is also a file created, written, fsync'd, linked and \
-its directory fsync'd in a worker thread (about 180 µs of CPU for the create-write-fsync alone here).
-- still ahead: per-request CPU is 4-5x Tansu's (690-760 µs against 160-171 µs in memory in the run above); produce at 100 B \
-stays above Tansu's per GiB on this VM (8.8-11.7 against 7.1-7.9), while 1 KiB is below; the memory store's join of \
-each log object (obstore takes one buffer); the cache's copy of entries made of several requests; on the \
-filesystem the kernel's write and fsync and the page-cache copy of every read, which an in-memory peer does not pay."""
+(`waits_for_io`); the answer is encoded by hand and written with one `writev`. Then (f8fbd05) the reader reads \
+what the client sent at once with `readv` (trio's recv took a trip through the scheduler and the reader a cancel \
+scope per read) and hands requests to the writer, which takes them, without trips while the channel has room. \
+With raw Produce v9 requests on one connection (5 in flight, memory, a throwaway driver like `bench wide`'s; \
+means of 6 runs, alternating): one-record requests 401 -> 333 us of gateway CPU each (readv), then 412 -> 360 us \
+(the hand-over); 2,000-record requests of 210 KB 1,400 -> 1,257 us. What is left (cProfile with a CPU clock, \
+one request in flight): four cancel scopes per request (the wait for the client, admission, the wait for the \
+flush, the log writer's shield), about 15 % of the Python time in trio's scope machinery; about 4 passes of \
+the loop (each an epoll_wait) and 5 task steps per request; the Produce decoder and handler; the log writer's \
+object per request; metrics. The cyclic collector: about 11 tracked objects per indexed log object (directory, \
+entry, piece, cached batches, views of the frame), young passes of 30-50 ms every 50,000 of them; the \
+single-record-set cache entry no longer copies its headers (2 fewer).
+- this VM: a page fault that needs a fresh page costs the process about 7-10 us (touching 16 GiB took 30 s of \
+system time; the balloon driver returns freed pages to the host, so freed memory is fresh again). Produce CPU per \
+request grows with the data already written, for Kafscale on both stores (filesystem 100 B runs: 2,656 / 2,359 \
+/ 4,509 / 3,502 us; a 7-round raw run 1,807 -> 3,467 us, nearly all of it system time, 21 % of samples in the \
+page-cache copy `copy_folio_from_iter_atomic`), as the page cache or the in-memory store grows into fresh \
+pages; 08f0f04 shows the same. Tansu's stays flat (1,713-1,758 us), though it faults more per request \
+(260-318 against 117-169 minor faults in a quick count). Runs 3 and 4 carry most of the spread of the medians.
+- still ahead: produce at 100 B in memory is at Tansu's per GiB in the first two runs (11.87 / 9.33 against \
+10.31 / 10.38) and above it over four (median 11.64 against 10.11); 1 KiB likewise (4.95 / 5.67 against 5.74 / \
+5.07; median 6.95 against 5.72). Per request at 1,000 msgs/s Kafscale costs 2.8x Tansu's CPU (689-728 against \
+248-258 us here). The memory store's join of each log object (obstore takes one buffer); the entry CRC of each \
+log object is a second pass over the produced bytes (crc32c about 4 % of a 210 KB request); on the filesystem \
+the kernel's write and fsync and the page-cache copy of every read, which an in-memory peer does not pay."""
 
 
 def latency(broker: Broker) -> list[dict]:
