@@ -63,7 +63,7 @@ _SEND_CHUNK = 1 << 20  # under TLS a response goes out in pieces this large, eac
 _IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
 _SIZE = struct.Struct(">i")
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
-_CHUNK = 64 * 1024  # a plain TCP connection's receive buffer
+RECEIVE_BUFFER_BYTES = 64 * 1024  # what one read of a plain TCP socket takes when no large body is pending
 _YIELD_BYTES = 1 << 20  # the reader lets other tasks run at least once per this much read
 T = TypeVar("T")
 
@@ -99,7 +99,7 @@ class _Closing(Exception):
 
 class Connection:
     def __init__(self, ctx: GatewayContext, stream: trio.abc.Stream, budget: ByteBudget, peer: str,
-                 session: Session, *, unauthenticated: ByteBudget) -> None:
+                 session: Session, *, unauthenticated: ByteBudget, receive_buffer: memoryview) -> None:
         self.ctx = ctx
         self.stream = stream
         self.session = session
@@ -111,7 +111,9 @@ class Connection:
         self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
         # The socket under a plain TCP stream, which large request bodies are received from directly.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._chunk = memoryview(bytearray(_CHUNK)) if self._socket is not None else memoryview(b"")
+        # Shared by the connections of this thread (idle ones hold none): a read is copied out
+        # of it before the reader next waits.
+        self._receive_buffer = receive_buffer
         self._unyielded = 0  # bytes read since the reader last let other tasks run
 
     def stop_reading(self) -> None:
@@ -156,12 +158,6 @@ class Connection:
                 continue
             except OSError:
                 return 0  # the client reset the connection
-            # A client that always has more to send still lets the other tasks run: each
-            # request is queued for the writer (a checkpoint), and each MiB read yields.
-            self._unyielded += count
-            if self._unyielded >= _YIELD_BYTES:
-                self._unyielded = 0
-                await trio.lowlevel.checkpoint()
             return count
 
     async def _client_sends(self, waiting: Callable[[], Awaitable[T]], request_deadline: float | None) -> T:
@@ -207,16 +203,23 @@ class Connection:
                 if self._socket is not None:
                     # A large body whose memory is held is received straight into the frame:
                     # one copy and one receive for what would be many chunks through a buffer.
-                    # Anything else through the connection's own buffer, reused.
+                    # Anything else through the receive buffer all connections share.
                     body = wire.body_view() if reserved >= _DIRECT_MIN else None
-                    count = await self._receive_into(self._chunk if body is None else body, request_deadline)
+                    count = await self._receive_into(self._receive_buffer if body is None else body,
+                                                     request_deadline)
                     if not count:
                         return
                     self._ack_now()
                     if body is None:
-                        wire.receive_data(self._chunk[:count])
+                        wire.receive_data(self._receive_buffer[:count])
                     else:
                         wire.received_into(count)
+                    # A client that always has more to send still lets the other tasks run: each
+                    # request is queued for the writer (a checkpoint), and each MiB read yields.
+                    self._unyielded += count
+                    if self._unyielded >= _YIELD_BYTES:
+                        self._unyielded = 0
+                        await trio.lowlevel.checkpoint()
                     continue
                 data = await self._receive(request_deadline)
                 if not data:

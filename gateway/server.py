@@ -11,7 +11,7 @@ import trio
 
 from .budget import ByteBudget
 from .config import GatewayConfig, Listener
-from .connection import Connection
+from .connection import RECEIVE_BUFFER_BYTES, Connection
 from .context import GatewayContext
 from .http import serve_http
 from .ownership import Endpoint
@@ -104,6 +104,7 @@ class Clients:
         self.unauthenticated = ByteBudget(config.limits.unauthenticated_inflight_bytes, small_request=16 * 1024)
         gateway.metrics.inflight_bytes.set_function(lambda: self.budget.used)
         self.connections: set[Connection] = set()
+        self._receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))  # one for all: see Connection
 
     async def serve(self, stream: trio.SocketStream, spec: Listener) -> None:
         try:
@@ -119,7 +120,8 @@ class Clients:
             if secured is None:
                 return
             client = secured
-        connection = Connection(self._context, client, self.budget, peer, session, unauthenticated=self.unauthenticated)
+        connection = Connection(self._context, client, self.budget, peer, session, unauthenticated=self.unauthenticated,
+                                receive_buffer=self._receive_buffer)
         self.connections.add(connection)
         self._context.metrics.connections.inc()
         try:
