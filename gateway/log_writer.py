@@ -27,17 +27,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import log_object_key
-from kafscale.protocol.log_object import EntryBatches, LogObjectBuilder, LogObjectDirectory
+from kafscale.protocol.log_object import LogObjectBuilder, LogObjectDirectory
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, StorageError
 
 from .log_objects import LogObjects, read_slot
-from .partition_log import PartitionLog, Pending
+from .partition_log import AppendedEntry, PartitionLog, Pending
 from .storage import AsyncStore
 
 __all__ = ["LogWriter", "new_writer_id"]
@@ -229,19 +229,7 @@ class LogWriter:
         self.objects_written += 1
         self.bytes_written += size
         for (partition_log, pending), entry in zip(items, directory.entries, strict=True):
-            # Cached from the appended record sets, not as slices of the object: a slice would
-            # keep the whole object alive while the cache counts only the entry.
-            if len(pending.record_sets) == 1:  # the usual case: its headers are positioned in it already
-                record_set, batches = pending.record_sets[0]
-                parts = [record_set]
-            else:
-                parts, batches = [], []
-                position = 0
-                for record_set, stamped in pending.record_sets:
-                    batches.extend(header.at(position=position + header.position) for header in stamped)
-                    parts.append(record_set)
-                    position += len(record_set)
-            partition_log.written(entry, EntryBatches(_cacheable(parts), batches))
+            partition_log.written(entry, AppendedEntry(tuple(pending.record_sets)))
             pending.ticket.finish()
         log.debug("wrote %s: %d partition(s), %d bytes", directory.key, len(items), size)
 
@@ -267,14 +255,3 @@ class LogWriter:
         if sealed:
             log.warning("%s sealed %d partition(s) of this writer", found.key, len(sealed))
         return kept
-
-
-def _cacheable(parts: Sequence[bytes | bytearray | memoryview]) -> bytes | bytearray | memoryview:
-    """An entry's record sets as one buffer for the cache. A lone record set still in its
-    request's frame is kept as it is when it is most of that frame (the frame stays alive
-    while the entry is cached, so at most twice what the cache counts); otherwise copied."""
-    if len(parts) == 1:
-        part = parts[0]
-        if not isinstance(part, memoryview) or 2 * part.nbytes >= memoryview(part.obj).nbytes:
-            return part
-    return b"".join(parts)

@@ -18,7 +18,7 @@ import bisect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import trio
 
@@ -29,6 +29,7 @@ from kafscale.protocol.layout import index_key, partition_prefix, transaction_st
 from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, StoredSegment, pieces_from
 from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
+from kafscale.protocol.response_fields import Buffer
 from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
@@ -52,7 +53,7 @@ class Flusher(Protocol):
     def mark(self, partition_log: PartitionLog, size: int, *, urgent: bool = False) -> None:
         """``size`` more bytes of ``partition_log`` wait for a flush (``urgent``: flush now)."""
 
-__all__ = ["PartitionLog", "FlushTicket", "LogSettings", "Pending"]
+__all__ = ["AppendedEntry", "PartitionLog", "FlushTicket", "LogSettings", "Pending"]
 
 log = logging.getLogger("kafscale.log")
 
@@ -116,6 +117,32 @@ class Pending:
     record_sets: list[tuple[bytearray | memoryview, list[BatchHeader]]]
     size: int
     ticket: FlushTicket
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedEntry:
+    """A written entry's record sets as they were appended (views of the request frames they
+    arrived in, mostly), cached without a copy: made into :class:`EntryBatches` when first
+    read, so an entry no consumer reads is never copied."""
+
+    record_sets: tuple[tuple[bytearray | memoryview, list[BatchHeader]], ...]
+
+    def buffers(self) -> list[Buffer]:
+        """What the record sets keep alive: the frame of each view, or the record set itself."""
+        return [cast(Buffer, record_set.obj) if isinstance(record_set, memoryview) else record_set
+                for record_set, _ in self.record_sets]
+
+    def entry_batches(self) -> EntryBatches:
+        """One record set as it is (its headers are positioned in it); several joined."""
+        if len(self.record_sets) == 1:
+            record_set, headers = self.record_sets[0]
+            return EntryBatches(record_set, headers)
+        batches: list[BatchHeader] = []
+        position = 0
+        for record_set, stamped in self.record_sets:
+            batches.extend(header.at(position=position + header.position) for header in stamped)
+            position += len(record_set)
+        return EntryBatches(b"".join(record_set for record_set, _ in self.record_sets), batches)
 
 
 WINDOW_BYTES = 8 * 2**20
@@ -241,12 +268,11 @@ class PartitionLog:
             self._in_writer += 1
         return pending
 
-    def written(self, entry: LogEntry, batches: EntryBatches | None) -> None:
-        """The object holding ``entry`` is durable: serve it."""
+    def written(self, entry: LogEntry, appended: AppendedEntry) -> None:
+        """The object holding ``entry`` (``appended``'s record sets) is durable: serve it."""
         self._in_writer -= 1
         self._add_piece(Piece(ENTRY, entry.key, entry.base_offset, entry.last_offset, entry.length, entry))
-        if batches is not None:
-            self.cache.put(self.pieces[-1].cache_key, batches, entry.length)
+        self.cache.put_shared(self.pieces[-1].cache_key, appended, appended.buffers())
         if self.uncompacted_since is None:
             self.uncompacted_since = trio.current_time()
         self.high_watermark = entry.last_offset + 1
@@ -370,8 +396,18 @@ class PartitionLog:
         it reads there, so a rewrite does not evict what consumers read."""
         if not keep:
             cached = self.cache.get(piece.cache_key)
+            if isinstance(cached, AppendedEntry):
+                return cached.entry_batches()
             return cached if cached is not None else await self._fetch_piece(piece)
-        return await self.cache.load(piece.cache_key, piece.size, lambda: self._fetch_piece(piece))
+        loaded = await self.cache.load(piece.cache_key, piece.size, lambda: self._fetch_piece(piece))
+        if isinstance(loaded, AppendedEntry):  # read for the first time: cached as read from now on
+            batches = loaded.entry_batches()
+            if len(loaded.record_sets) == 1:
+                self.cache.put_shared(piece.cache_key, batches, loaded.buffers())
+            else:
+                self.cache.put(piece.cache_key, batches, len(batches.data))
+            return batches
+        return loaded
 
     async def _fetch_piece(self, piece: Piece) -> Segment | EntryBatches:
         try:

@@ -111,3 +111,42 @@ async def test_a_value_too_big_to_cache_is_still_returned(nursery, size):
         return b"big"
 
     assert await cache.load("k", size, loader) == b"big"
+
+
+def test_shared_buffers_are_counted_once_while_any_value_holds_them():
+    cache: ByteLRU[memoryview] = ByteLRU(1000)
+    frame = bytearray(300)
+    view = memoryview(frame)
+    cache.put_shared("a", view[:100], [frame])
+    cache.put_shared("b", view[100:200], [frame])
+    assert cache.size == 300  # the whole frame, once: the views keep all of it alive
+    cache.discard("a")
+    assert cache.size == 300
+    cache.discard("b")
+    assert cache.size == 0
+
+
+def test_evicting_shared_values_frees_their_buffer_with_the_last_holder():
+    cache: ByteLRU[object] = ByteLRU(1000)
+    first, second = bytearray(400), bytearray(400)
+    cache.put_shared("a1", "a1", [first])
+    cache.put_shared("a2", "a2", [first])
+    cache.put_shared("b", "b", [second])
+    cache.put("owned", "owned", 300)  # 1,100 bytes: both holders of the oldest buffer go
+    assert "a1" not in cache and "a2" not in cache and "b" in cache and "owned" in cache
+    assert cache.size == 700
+
+
+def test_a_shared_value_larger_than_the_cache_evicts_nothing():
+    cache: ByteLRU[object] = ByteLRU(1000)
+    cache.put("kept", "kept", 600)
+    cache.put_shared("huge", "huge", [bytearray(1001)])
+    assert "huge" not in cache and "kept" in cache and cache.size == 600
+
+
+def test_replacing_a_shared_value_releases_its_buffers():
+    cache: ByteLRU[object] = ByteLRU(1000)
+    frame = bytearray(500)
+    cache.put_shared("k", "view", [frame])
+    cache.put("k", "copy", 50)  # first read: a copy of the entry replaces the views
+    assert cache.size == 50 and cache.get("k") == "copy"

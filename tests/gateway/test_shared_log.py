@@ -13,12 +13,13 @@ from kafscale.gateway.compaction import Compactor, compact
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.logs import shared_log
 from kafscale.gateway.ownership import SoleGateway
-from kafscale.gateway.partition_log import LogSettings, PartitionLog
+from kafscale.gateway.partition_log import AppendedEntry, LogSettings, PartitionLog
 from kafscale.gateway.recovery import recover
 from kafscale.gateway.storage import AsyncStore
 from kafscale.gateway.timestamps import offset_for_timestamp
 from kafscale.protocol import ErrorCode, KafkaError, build_batch, iter_records
 from kafscale.protocol.layout import log_prefix, parse_segment_key, segment_key
+from kafscale.protocol.log_object import EntryBatches
 from kafscale.protocol.records import Record, restamp, split_batches
 from kafscale.protocol.segment import SegmentBuilder
 from kafscale.storage_backends import LocalBackend, MemoryBackend, StorageUnavailable
@@ -70,11 +71,12 @@ class Node:
         known = [epoch for epoch in self.epochs.values() if epoch is not None]
         self.epochs[(topic, partition)] = max(known, default=0) + 1
 
-    async def open(self, partition=0, topic="t", fence=False):
+    async def open(self, partition=0, topic="t", fence=False, cache=None):
         if self.epochs.get((topic, partition)) is None:
             self.own(partition, topic)
         unit = (topic, partition)
-        log = PartitionLog(topic, partition, self.store, self.settings, ByteLRU(1 << 20), self.writer,
+        cache = ByteLRU(1 << 20) if cache is None else cache
+        log = PartitionLog(topic, partition, self.store, self.settings, cache, self.writer,
                            epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit], damage=self.damage)
         if fence:
             await self.fencer.fence((topic, partition))
@@ -97,6 +99,34 @@ async def test_every_partition_shares_one_object_per_flush(store, nursery):
     assert [log.high_watermark for log in logs] == [15] * 6
     assert _values(await logs[3].read(0, 1 << 20)) == [b"v%d" % i for i in range(15)]
     assert len(await _log_objects(store)) == 2  # the writer's opening slot and the one flush
+
+
+async def test_written_entries_are_cached_as_appended_and_copied_only_once_read(store, nursery):
+    node = await Node(store).start(nursery)
+    cache = ByteLRU(1 << 20)
+    logs = [await node.open(p, cache=cache) for p in range(3)]
+    sets = [_record_set(start=p * 3) for p in range(3)]
+    frame = bytearray(b"".join(batch for batch, _ in sets))  # one request's records for three partitions
+    view, position, tickets = memoryview(frame), 0, []
+    for log, (batch, _) in zip(logs, sets, strict=True):
+        records = view[position:position + len(batch)]
+        position += len(batch)
+        tickets.append(log.append(records, split_batches(records))[1])
+    tickets.append(logs[0].append(*_record_set(start=100))[1])  # partition 0's entry: two record sets
+    for ticket in tickets:
+        await ticket.wait()
+    assert node.writer.objects_written == 1
+    cached = [cache.get(log.pieces[-1].cache_key) for log in logs]
+    assert all(isinstance(entry, AppendedEntry) for entry in cached)
+    assert all(entry.record_sets[0][0].obj is frame for entry in cached)  # views of the frame: no copy
+    second = len(cached[0].record_sets[1][0])
+    assert cache.size == len(frame) + second  # the frame counted once, whole; the other set as itself
+    assert _values(await logs[1].read(0, 1 << 20)) == [b"v3", b"v4", b"v5"]
+    assert cache.size == len(frame) + second  # one record set: still served from the frame
+    assert _values(await logs[0].read(0, 1 << 20)) == [b"v0", b"v1", b"v2", b"v100", b"v101", b"v102"]
+    entry = cache.get(logs[0].pieces[-1].cache_key)
+    assert isinstance(entry, EntryBatches) and len(entry.data) == len(sets[0][0]) + second  # joined once read
+    assert cache.size == len(frame) + len(entry.data)  # the others still hold the frame
 
 
 def _large_record_set(size, start):
