@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -82,9 +83,9 @@ _COUNT = struct.Struct(">I")
 _NAME = struct.Struct(">H")
 
 
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One partition's run of batches in a log object."""
+class LogEntry(NamedTuple):
+    """One partition's run of batches in a log object (a named tuple: one is made per entry
+    written or indexed, and tuples of plain values drop out of the cyclic collector's sight)."""
 
     key: str  # the log object
     topic: str

@@ -30,6 +30,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .layout import parse_log_object_key
 from .log_object import LogEntry, LogObjectDirectory
@@ -42,9 +43,9 @@ SEGMENT = "segment"
 ENTRY = "entry"
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """A run of whole batches of one partition, in a segment or in a log object."""
+class Piece(NamedTuple):
+    """A run of whole batches of one partition, in a segment or in a log object (a named
+    tuple: one per entry indexed, made on every flush)."""
 
     kind: str  # SEGMENT or ENTRY
     key: str

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from crc32c import crc32c
@@ -77,8 +76,11 @@ CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40  # set by the cleaner: the base timestamp is the delete horizon (KIP-534)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """A record batch's header (immutable). A named tuple, not a frozen dataclass: one is
+    made per batch several times on the produce path, and a frozen dataclass's constructor
+    costs five times a tuple's."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -101,7 +103,7 @@ class BatchHeader:
 
     def at(self, *, base_offset: int | None = None, position: int | None = None) -> BatchHeader:
         """This header moved to another base offset or buffer position (on the produce path per
-        batch: the constructor is twice as fast as ``dataclasses.replace``)."""
+        batch: the constructor is faster than ``_replace``)."""
         return BatchHeader(self.base_offset if base_offset is None else base_offset, self.batch_length,
                            self.partition_leader_epoch, self.magic, self.crc, self.attributes,
                            self.last_offset_delta, self.base_timestamp, self.max_timestamp, self.producer_id,
@@ -148,8 +150,7 @@ def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise CorruptBatch(
             f"{len(data) - pos} bytes left at position {pos}, a batch header needs 61"
         )
-    fields = _HEADER.unpack_from(data, pos)
-    header = BatchHeader(*fields, position=pos)  # type: ignore[misc]  # the 13 header fields, then where
+    header = BatchHeader._make((*_HEADER.unpack_from(data, pos), pos))  # the 13 header fields, then where
     if header.magic != 2:
         raise CorruptBatch(f"unsupported record batch magic {header.magic} (only v2)")
     if header.batch_length < BATCH_HEADER_SIZE - _OVERHEAD:
