@@ -37,7 +37,10 @@ fi
 # The log is kept so that a failure's summary can be repeated last: CI shows only the tail.
 log="$(mktemp -t kafscale-pytest.XXXXXX)"
 set +e
-"$VENV/bin/python" -m pytest "$@" 2>&1 | tee "$log"
+# Two workers, each test file on one of them (its module fixtures stay with it): most tests
+# wait on gateways and clients in other processes, so two run in about 60 % of one's time.
+# The slowest tests are listed at the end, to keep an eye on the suite's time.
+"$VENV/bin/python" -m pytest -n "${KAFSCALE_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@" 2>&1 | tee "$log"
 status="${PIPESTATUS[0]}"
 set -e
 if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
