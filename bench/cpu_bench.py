@@ -111,12 +111,21 @@ request grows with the data already written, for Kafscale on both stores (filesy
 page-cache copy `copy_folio_from_iter_atomic`), as the page cache or the in-memory store grows into fresh \
 pages; 08f0f04 shows the same. Tansu's stays flat (1,713-1,758 us), though it faults more per request \
 (260-318 against 117-169 minor faults in a quick count). Runs 3 and 4 carry most of the spread of the medians.
-- still ahead: produce at 100 B in memory is at Tansu's per GiB in the first two runs (11.87 / 9.33 against \
-10.31 / 10.38) and above it over four (median 11.64 against 10.11); 1 KiB likewise (4.95 / 5.67 against 5.74 / \
-5.07; median 6.95 against 5.72). Per request at 1,000 msgs/s Kafscale costs 2.8x Tansu's CPU (689-728 against \
-248-258 us here). The memory store's join of each log object (obstore takes one buffer); the entry CRC of each \
-log object is a second pass over the produced bytes (crc32c about 4 % of a 210 KB request); on the filesystem \
-the kernel's write and fsync and the page-cache copy of every read, which an in-memory peer does not pay."""
+- per partition (94f7743): a 100 B producer's request names all 12 partitions, and raw requests of 12 \
+partitions cost about 1.8 times the CPU of one partition with the same bytes (py-spy, `memory://`): per partition \
+the batch checks, stamping, the entry and its index, the answer. Two costs went: a frozen dataclass's \
+constructor costs about five times a tuple's, and a batch header was made several times per batch on this path \
+(headers, log entries and pieces are named tuples now); and the cache copied every entry made of several \
+requests' record sets at each flush, 4.6 % of samples, whether or not anyone read it (written entries are now \
+cached as views of their frames, each frame counted whole and once, and joined when first read).
+- still ahead: produce at 100 B in memory is 4-5 % above Tansu's per GiB in three of four runs (10.03 / 8.38 / \
+9.39 against 9.52 / 8.02 / 9.06) and 5 % above in the median (9.71 against 9.23 CPU-s; per request 1,795-1,908 us against 1,674-1,776 us, the third run 2,727); \
+at 1 KiB it is below (median 4.05 against 5.65). Per request at 1,000 msgs/s Kafscale costs 3.4x Tansu's \
+CPU (704-770 against 205-229 us here). The memory store's join of each log object (obstore takes one buffer); \
+the entry CRC of each log object is a second pass over the produced bytes (crc32c about 4 % of a 210 KB \
+request); the per-partition Python above (batch checks about 7 % of samples with 12 partitions); on the \
+filesystem the kernel's write and fsync and the page-cache copy of every read, which an in-memory peer does \
+not pay."""
 
 
 def latency(broker: Broker) -> list[dict]:
