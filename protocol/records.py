@@ -34,10 +34,14 @@ from .errors import CorruptBatch, InvalidRecord, RecordsWithoutKey
 from .varint import read_varint, write_varint
 
 _native_walk: Callable[[Any, int, int, int, list[int] | None], int] | None
-try:  # the C record walk (protocol/_record_walk.c); the Python one below is the reference
+_native_split: Callable[[Any, type, Any], list[BatchHeader]] | None
+_native_validate: Callable[[Any, type, Any], list[BatchHeader]] | None
+try:  # the C batch checks (protocol/_record_walk.c); the Python ones below are the reference
+    from ._record_walk import split as _native_split
+    from ._record_walk import validate as _native_validate
     from ._record_walk import walk as _native_walk
 except ImportError:  # pragma: no cover - a build without a compiler
-    _native_walk = None
+    _native_walk = _native_split = _native_validate = None
 
 __all__ = [
     "salvage_batches",
@@ -167,8 +171,11 @@ def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
     return header
 
 
-def split_batches(data: bytes | memoryview, *, check_crc: bool = True) -> list[BatchHeader]:
-    """Parse every batch of a record set, checking structure and (optionally) CRCs."""
+def split_batches(data: bytes | memoryview, *, check_crc: bool = True, native: bool = True) -> list[BatchHeader]:
+    """Parse every batch of a record set, checking structure and (optionally) CRCs: in one C
+    call when built, else by the Python reference."""
+    if native and _native_split is not None:
+        return _translated(_native_split, data, BatchHeader, crc32c if check_crc else None)
     view = memoryview(data)
     headers: list[BatchHeader] = []
     pos = 0
@@ -181,6 +188,15 @@ def split_batches(data: bytes | memoryview, *, check_crc: bool = True) -> list[B
         headers.append(header)
         pos = batch_end
     return headers
+
+
+def _translated(native: Callable[..., Any], *args: Any) -> Any:
+    """A C check's result, its ``ValueError((kind, message))`` raised as our errors."""
+    try:
+        return native(*args)
+    except ValueError as exc:
+        kind, message = exc.args
+        raise (InvalidRecord if kind else CorruptBatch)(message) from None
 
 
 def salvage_batches(data: bytes | memoryview, start: int, end: int, first_offset: int,
@@ -222,17 +238,36 @@ def has_transactional_batch(data: bytes | memoryview) -> bool:
 
 
 def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 30, *,
-                        require_keys: bool = False) -> list[BatchHeader]:
+                        require_keys: bool = False, native: bool = True) -> list[BatchHeader]:
     """What a produce request must pass: at least one batch, each well formed with a good
     CRC, a record count that agrees with its last offset delta, and records (decompressed
     to at most ``max_uncompressed`` bytes) that agree with both. A batch is stored as
     sent, so a lie in its header would become wrong offsets for every reader.
 
     ``require_keys`` (a compacted topic): a batch holding records without a key raises
-    :class:`RecordsWithoutKey` naming them, found by the same walk."""
-    headers = split_batches(data)
+    :class:`RecordsWithoutKey` naming them, found by the same walk. ``native=False``: the
+    Python reference only (what the C checks are tested against)."""
+    if native and _native_validate is not None and not require_keys:
+        # One C call checks every batch up to the first compressed one; the rest (a payload
+        # to decompress) are checked here.
+        headers: list[BatchHeader] = _translated(_native_validate, data, BatchHeader, crc32c)
+        if not headers:
+            raise CorruptBatch("empty record set")
+        for index, header in enumerate(headers):
+            if header.attributes & CODEC_MASK:
+                _check_client_batches(data, headers[index:], max_uncompressed, require_keys)
+                break
+        return headers
+    headers = split_batches(data, native=native)
     if not headers:
         raise CorruptBatch("empty record set")
+    _check_client_batches(data, headers, max_uncompressed, require_keys, native=native)
+    return headers
+
+
+def _check_client_batches(data: bytes | memoryview, headers: list[BatchHeader], max_uncompressed: int,
+                          require_keys: bool, *, native: bool = True) -> None:
+    """What each batch of a client's record set must pass beyond its structure and CRC."""
     for header in headers:
         if header.is_control:  # markers are the transaction coordinator's, never a client's (Kafka's rule)
             raise InvalidRecord(f"batch at position {header.position} is a control batch: clients may not write them")
@@ -242,14 +277,13 @@ def validate_record_set(data: bytes | memoryview, max_uncompressed: int = 1 << 3
                 f"but last offset delta {header.last_offset_delta}"
             )
         keyless: list[int] | None = [] if require_keys else None
-        check_records(data, header, max_uncompressed, keyless)
+        check_records(data, header, max_uncompressed, keyless, native=native)
         if keyless:
             raise RecordsWithoutKey(keyless)
-    return headers
 
 
 def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompressed: int = 1 << 30,
-                  keyless: list[int] | None = None) -> None:
+                  keyless: list[int] | None = None, *, native: bool = True) -> None:
     """Walk a batch's records without materialising them: each record's fields must add
     up to its length, offset deltas must run 0, 1, ... and the count must match the header.
 
@@ -266,7 +300,7 @@ def check_records(data: bytes | memoryview, header: BatchHeader, max_uncompresse
         begin, end = 0, len(payload)
     else:
         payload = data
-    pos = walk_records(payload, begin, end, header.records_count, keyless=keyless)
+    pos = walk_records(payload, begin, end, header.records_count, native=native, keyless=keyless)
     if pos != end:
         raise InvalidRecord(
             f"batch at position {header.position} holds more records than its count {header.records_count}"
@@ -279,11 +313,7 @@ def walk_records(payload: bytes | memoryview, pos: int, end: int, count: int, *,
     The C walk when built (a few ns a record), else the Python one (about 1 us).
     ``keyless``, if a list, gets the index of each record without a key."""
     if native and _native_walk is not None:
-        try:
-            return _native_walk(payload, pos, end, count, keyless)
-        except ValueError as exc:
-            kind, message = exc.args
-            raise (InvalidRecord if kind else CorruptBatch)(message) from None
+        return _translated(_native_walk, payload, pos, end, count, keyless)
     try:
         return _walk_records(payload, pos, end, count, keyless)
     except IndexError:
@@ -302,6 +332,8 @@ def _walk_records(payload: bytes | memoryview, pos: int, end: int, count: int,
             raise CorruptBatch(f"record length {length} runs past the batch")
         _, cursor = read_varint(payload, pos + 1)  # the attributes byte, then the timestamp delta
         offset_delta, cursor = read_varint(payload, cursor)
+        if cursor > record_end:  # a delta that runs past the record: corrupt, whatever it reads as
+            raise CorruptBatch(f"record {expected}: its fields do not add up to its length {length}")
         if offset_delta != expected:
             raise InvalidRecord(f"record {expected} has offset delta {offset_delta}")
         for field in range(2):  # key, value; a negative length is null
