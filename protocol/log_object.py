@@ -46,7 +46,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from .errors import CorruptBatch, SegmentFormatError
-from .records import BatchHeader, split_batches
+from .records import BatchHeader, record_set_crc, split_batches
 
 __all__ = [
     "LOG_OBJECT_HEADER_SIZE",
@@ -145,8 +145,10 @@ class _Pending:
     partition: int
     leader_epoch: int
     topic_id: bytes
-    parts: list[bytes | bytearray | memoryview] = field(default_factory=list)
-    headers: list[BatchHeader] = field(default_factory=list)
+    parts: list[tuple[bytes | bytearray | memoryview, list[BatchHeader]]] = field(default_factory=list)
+    batch_count: int = 0
+    record_count: int = 0
+    max_timestamp: int = -(1 << 63)
 
 
 class LogObjectBuilder:
@@ -161,16 +163,19 @@ class LogObjectBuilder:
 
     def append(self, topic: str, partition: int, record_set: bytes | bytearray | memoryview,
                headers: list[BatchHeader], leader_epoch: int = 0, topic_id: bytes = bytes(16)) -> None:
-        """Add a stamped record set (``headers`` positioned within it). Offsets of one
-        partition must continue from its previous append."""
+        """Add a stamped record set (``headers``, its batches as they read now, CRCs checked,
+        positioned within it). Offsets of one partition must continue from its previous append."""
         pending = self._entries.get((topic, partition))
         if pending is None:
             pending = self._entries[(topic, partition)] = _Pending(topic, partition, leader_epoch, topic_id)
-        elif pending.headers and headers[0].base_offset != pending.headers[-1].last_offset + 1:
+        elif headers[0].base_offset != pending.parts[-1][1][-1].last_offset + 1:
             raise ValueError(f"{topic}-{partition}: offset {headers[0].base_offset} does not continue "
-                             f"at {pending.headers[-1].last_offset + 1}")
-        pending.parts.append(record_set)
-        pending.headers.extend(headers)
+                             f"at {pending.parts[-1][1][-1].last_offset + 1}")
+        pending.parts.append((record_set, headers))
+        pending.batch_count += len(headers)
+        for header in headers:
+            pending.record_count += header.records_count
+            pending.max_timestamp = max(pending.max_timestamp, header.max_timestamp)
         self.size += len(record_set)
 
     def encode(self, key: str, sequence: int, created_ms: int) -> tuple[bytes, LogObjectDirectory]:
@@ -189,15 +194,14 @@ class LogObjectBuilder:
             topics.setdefault((topic, pending.topic_id), len(topics))
             crc = 0
             length = 0
-            for part in pending.parts:
-                crc = crc32c(part, crc)
+            for part, headers in pending.parts:
+                crc = record_set_crc(part, headers, crc)
                 length += len(part)
                 body.append(part)
-            first, last = pending.headers[0], pending.headers[-1]
             entries.append(LogEntry(
-                key, topic, partition, first.base_offset, last.last_offset, position, length,
-                len(pending.headers), sum(h.records_count for h in pending.headers),
-                max(h.max_timestamp for h in pending.headers), crc, pending.leader_epoch, pending.topic_id))
+                key, topic, partition, pending.parts[0][1][0].base_offset, pending.parts[-1][1][-1].last_offset,
+                position, length, pending.batch_count, pending.record_count, pending.max_timestamp, crc,
+                pending.leader_epoch, pending.topic_id))
             position += length
         return _assemble(key, KIND_DATA, sequence, created_ms, 0, topics, entries, body, position)
 

@@ -98,3 +98,40 @@ def test_headers_are_read_as_the_reference_reads_them():
     assert native == reference and native[1].position == len(batch)
     assert native[0].crc == struct.unpack_from(">I", batch, 17)[0]  # unsigned, as the reference reads it
     assert (native[0].base_offset, native[0].producer_id, native[0].base_timestamp) == (2**40, 2**50, -5)
+
+
+@st.composite
+def checked_record_sets(draw) -> bytearray:
+    """Zero to four valid batches (any codec), stamped at some offset, the one writable buffer
+    a Produce request's record set is."""
+    batches = [build_batch([record._replace(offset=index) for index, record in enumerate(draw(record_lists(max_size=6)))],
+                           compression=draw(codecs)) for _ in range(draw(st.integers(0, 4)))]
+    data = bytearray(b"".join(batches))
+    if batches:
+        records.restamp(data, split_batches(data), draw(st.integers(0, 2**50)))
+    return data
+
+
+@settings(max_examples=300)
+@given(data=checked_record_sets(), initial=st.integers(0, 2**32 - 1))
+def test_a_record_set_crc_from_its_batches_crcs_is_the_crc_of_its_bytes(data, initial):
+    assert records.record_set_crc(data, split_batches(data), initial) == crc32c(bytes(data), initial)
+
+
+def test_a_record_set_crc_trusts_its_checked_batch_crcs_and_reads_only_what_they_leave_out():
+    data = bytearray(build_batch([(None, b"value %d" % i) for i in range(5)]))
+    headers = split_batches(data)
+    data[-1] ^= 0xFF  # a record byte the batch's own (already checked) CRC stands for
+    assert records.record_set_crc(data, headers) == crc32c(bytes(data[:-1]) + bytes([data[-1] ^ 0xFF]))
+    assert records.record_set_crc(data, headers) != crc32c(bytes(data))
+
+
+def test_headers_that_do_not_cover_the_record_set_are_refused():
+    one = build_batch([(None, b"a")])
+    headers = split_batches(one)
+    with pytest.raises(ValueError, match="cover"):
+        records.record_set_crc(one + one, headers)  # the second batch has no header
+    with pytest.raises(ValueError, match="does not continue"):
+        records.record_set_crc(one, [headers[0].at(position=1)])
+    with pytest.raises(ValueError, match="does not continue"):
+        records.record_set_crc(one[:-1], headers)  # a batch past the end
