@@ -118,14 +118,31 @@ constructor costs about five times a tuple's, and a batch header was made severa
 (headers, log entries and pieces are named tuples now); and the cache copied every entry made of several \
 requests' record sets at each flush, 4.6 % of samples, whether or not anyone read it (written entries are now \
 cached as views of their frames, each frame counted whole and once, and joined when first read).
-- still ahead: produce at 100 B in memory is 4-5 % above Tansu's per GiB in three of four runs (10.03 / 8.38 / \
-9.39 against 9.52 / 8.02 / 9.06) and 5 % above in the median (9.71 against 9.23 CPU-s; per request 1,795-1,908 us against 1,674-1,776 us, the third run 2,727); \
-at 1 KiB it is below (median 4.05 against 5.65). Per request at 1,000 msgs/s Kafscale costs 3.4x Tansu's \
-CPU (704-770 against 205-229 us here). The memory store's join of each log object (obstore takes one buffer); \
-the entry CRC of each log object is a second pass over the produced bytes (crc32c about 4 % of a 210 KB \
-request); the per-partition Python above (batch checks about 7 % of samples with 12 partitions); on the \
-filesystem the kernel's write and fsync and the page-cache copy of every read, which an in-memory peer does \
-not pay."""
+- entry CRCs (2ac3cd2): a log object's entry CRC-32C was a second pass over every produced byte at flush, \
+when the bytes had left the processor's caches. It is now derived from the batches' own CRCs, checked on \
+receipt, and the 21 bytes each leaves out (CRC arithmetic in `protocol/_record_walk.c`): over 116 MiB of \
+25 KB batches, past the caches, 0.115 -> 0.042 CPU-s per GiB. In perf (memory, 100 B, 3.5 s of \
+`python -m bench.load produce ... 3000000 100 12`) crc32c fell from 6.5 % of samples (fba3da7, a profile taken beside other load) to 2.3 % (the \
+receipt check alone).
+- 2026-11-27 run (this table; a faster VM than the rows of 2026-11-25: 100 B at 670-790k msgs/s where that \
+session saw 290-440k): in memory Kafscale is below Tansu per GiB at both sizes, 100 B median 4.23 against 4.62 \
+(runs 3.63 / 2.89 / 6.44 / 4.83 against 4.65 / 4.58 / 4.37 / 5.05) and 1 KiB 2.17 against 3.32; consume of \
+compacted data 0.46 / 0.81 against 2.42 / 2.17. 94f7743 in the same run: 3.49 and 1.95. The gap between the two \
+commits is inside this VM's spread: an alternating run of 94f7743, fba3da7 and 2ac3cd2 (3 rounds of 2 x 3,000,000 \
+x 100 B, a fresh memory gateway each, a throwaway driver over `bench.broker_bench`) gave medians 4.62 / 4.10 / \
+4.37, each commit's runs spanning 3.0-6.0 CPU-s per GiB; the whole machine moved between rounds (round 3 \
+lowest for all three). Produce-ack p99 at 1,000 msgs/s on the filesystem: 8.65 ms (runs 8.6, 7.2, 9.8) here, \
+5.0-14.7 ms in `bench latency` (median 7.2, 94f7743 7.6).
+- where a produced GiB goes now (perf, memory, 100 B, 2ac3cd2): page faults 29 % of samples, nearly all under \
+the memmove that joins each log object for obstore's in-memory store, whose data only grows (fresh pages cost \
+7-10 us each on this VM; Tansu's store pays the same kind of growth), the interpreter 20 %, the C record walk \
+2.9 %, crc32c 2.3 %, memmove itself 3 %.
+- still ahead: per request at 1,000 msgs/s Kafscale costs about 3x Tansu's CPU (memory 399-419 us against \
+126-135 us; filesystem 691-718 us, each request a log object of its own written and fsync'd). py-spy at that \
+rate (memory) spreads it thin: the answer's writev 15 % (the kernel's loopback send), the reader's waits and \
+cancel scopes, admission 10 %, the log writer 16 %, decoding 4 %, the Produce handler 4 %. On the filesystem \
+consume of 100 B costs 2.82 CPU-s per GiB against Tansu's 2.42 from memory (the page cache's copy of every \
+read); the memory store holds a second copy of what the cache holds (peak RSS 4,244 MiB against Tansu's 2,739)."""
 
 
 def latency(broker: Broker) -> list[dict]:
