@@ -381,8 +381,9 @@ static uint32_t crc_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
     return multiply_mod_p(shift, crc_a) ^ crc_b;
 }
 
-static long header_field(PyObject *header, Py_ssize_t index) {
-    return PyLong_AsLong(PyTuple_GET_ITEM(header, index));
+/* A header tuple's integer field; -1 with the error set if it is not one. */
+static long long header_field(PyObject *header, Py_ssize_t index) {
+    return PyLong_AsLongLong(PyTuple_GET_ITEM(header, index));
 }
 
 static PyObject *record_set_crc(PyObject *self, PyObject *args) {
@@ -401,19 +402,23 @@ static PyObject *record_set_crc(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "headers must be batch headers");
             return NULL;
         }
-        long length = header_field(header, 1), position = header_field(header, 13);
-        unsigned long checked = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(header, 4));
-        if (PyErr_Occurred()) {
+        long long length = header_field(header, 1), position = -1, checked = -1;
+        if (!(length == -1 && PyErr_Occurred()))
+            position = header_field(header, 13);
+        if (!(position == -1 && PyErr_Occurred()))
+            checked = header_field(header, 4);
+        if (checked == -1 && PyErr_Occurred()) {
             PyBuffer_Release(&view);
             return NULL;
         }
-        Py_ssize_t size = (Py_ssize_t)length + OVERHEAD;
-        if (position != expected || length < HEADER_SIZE - OVERHEAD || size > view.len - expected) {
+        if (position != expected || length < HEADER_SIZE - OVERHEAD || length + OVERHEAD > view.len - expected
+                || checked < 0 || checked > 0xFFFFFFFFLL) {
             PyBuffer_Release(&view);
-            PyErr_Format(PyExc_ValueError, "batch %zd (at %ld, %ld bytes) does not continue the record set at %zd",
+            PyErr_Format(PyExc_ValueError, "batch %zd (at %lld, %lld bytes) does not continue the record set at %zd",
                          i, position, length, expected);
             return NULL;
         }
+        Py_ssize_t size = (Py_ssize_t)length + OVERHEAD;
         uint32_t batch = crc_combine(crc_bytes(0, data + expected, CRC_START), (uint32_t)checked,
                                      (uint64_t)(size - CRC_START));
         crc = crc_combine(crc, batch, (uint64_t)size);

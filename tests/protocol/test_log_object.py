@@ -46,8 +46,8 @@ def test_every_entry_of_an_encoded_log_object_reads_back_and_passes_its_crc(part
     for entry in directory.entries:
         stored = data[entry.position:entry.position + entry.length]
         assert stored == b"".join(expected[entry.partition])
-        batches = read_entry(entry, stored)  # raises unless the entry's CRC is its bytes'
-        assert batches.batches[0].base_offset == first_offset == entry.base_offset
+        read = read_entry(entry, stored)  # raises unless the entry's CRC is its bytes'
+        assert read.batches[0].base_offset == first_offset == entry.base_offset
 
 
 def directory_start(data: bytes) -> int:
