@@ -145,10 +145,11 @@ class _Pending:
     partition: int
     leader_epoch: int
     topic_id: bytes
-    parts: list[tuple[bytes | bytearray | memoryview, list[BatchHeader]]] = field(default_factory=list)
-    batch_count: int = 0
-    record_count: int = 0
-    max_timestamp: int = -(1 << 63)
+    record_sets: list[tuple[bytes | bytearray | memoryview, list[BatchHeader]]] = field(default_factory=list)
+
+    @property
+    def next_offset(self) -> int:
+        return self.record_sets[-1][1][-1].last_offset + 1
 
 
 class LogObjectBuilder:
@@ -168,14 +169,10 @@ class LogObjectBuilder:
         pending = self._entries.get((topic, partition))
         if pending is None:
             pending = self._entries[(topic, partition)] = _Pending(topic, partition, leader_epoch, topic_id)
-        elif headers[0].base_offset != pending.parts[-1][1][-1].last_offset + 1:
+        elif headers[0].base_offset != pending.next_offset:
             raise ValueError(f"{topic}-{partition}: offset {headers[0].base_offset} does not continue "
-                             f"at {pending.parts[-1][1][-1].last_offset + 1}")
-        pending.parts.append((record_set, headers))
-        pending.batch_count += len(headers)
-        for header in headers:
-            pending.record_count += header.records_count
-            pending.max_timestamp = max(pending.max_timestamp, header.max_timestamp)
+                             f"at {pending.next_offset}")
+        pending.record_sets.append((record_set, headers))
         self.size += len(record_set)
 
     def encode(self, key: str, sequence: int, created_ms: int) -> tuple[bytes, LogObjectDirectory]:
@@ -194,13 +191,15 @@ class LogObjectBuilder:
             topics.setdefault((topic, pending.topic_id), len(topics))
             crc = 0
             length = 0
-            for part, headers in pending.parts:
-                crc = record_set_crc(part, headers, crc)
-                length += len(part)
-                body.append(part)
+            headers: list[BatchHeader] = []
+            for record_set, stamped in pending.record_sets:
+                crc = record_set_crc(record_set, stamped, crc)
+                length += len(record_set)
+                body.append(record_set)
+                headers.extend(stamped)
             entries.append(LogEntry(
-                key, topic, partition, pending.parts[0][1][0].base_offset, pending.parts[-1][1][-1].last_offset,
-                position, length, pending.batch_count, pending.record_count, pending.max_timestamp, crc,
+                key, topic, partition, headers[0].base_offset, headers[-1].last_offset, position, length,
+                len(headers), sum(h.records_count for h in headers), max(h.max_timestamp for h in headers), crc,
                 pending.leader_epoch, pending.topic_id))
             position += length
         return _assemble(key, KIND_DATA, sequence, created_ms, 0, topics, entries, body, position)
