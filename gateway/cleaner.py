@@ -43,7 +43,7 @@ from typing import Protocol
 import trio
 
 from kafscale.protocol.cleaning import KeyMap, clean_batch, newest_batch_per_producer
-from kafscale.protocol.errors import KafkaError, SegmentFormatError
+from kafscale.protocol.errors import SegmentFormatError
 from kafscale.protocol.index import build_index
 from kafscale.protocol.layout import cleaner_checkpoint_key, index_key
 from kafscale.protocol.log_object import EntryBatches
@@ -53,6 +53,7 @@ from kafscale.protocol.segment import Segment, SegmentBuilder, read_segment
 from kafscale.protocol.transactions import AbortedBatches
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
+from .maintenance import MaintenanceFailures, every
 from .merging import index_before_rewrite
 from .metadata import TopicInfo
 from .partition_log import PartitionLog
@@ -336,8 +337,10 @@ class CleanedLogs(Protocol):
 class Cleaner:
     """Cleans the compacted partitions this gateway owns, within a share of its time."""
 
-    def __init__(self, logs: CleanedLogs, budget_bytes: int, backoff_s: float, time_share: float) -> None:
+    def __init__(self, logs: CleanedLogs, failures: MaintenanceFailures, budget_bytes: int, backoff_s: float,
+                 time_share: float) -> None:
         self.logs = logs
+        self.failures = failures
         self.budget_bytes = budget_bytes
         self.backoff_s = backoff_s
         self.time_share = time_share
@@ -353,13 +356,21 @@ class Cleaner:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        while True:
-            await trio.sleep(self.backoff_s)
-            try:
-                await self.pass_once()
-            except Exception:  # a failing store must not stop cleaning for good
-                self.stats.errors += 1
-                log.exception("cleaning pass failed")
+        await every(self.backoff_s, "cleaning", self.pass_once, self.failures)
+
+    def _check(self, partition_log: PartitionLog, now_ms: int) -> tuple[TopicPolicy, bool, int, int] | None:
+        """(policy, due, dirty bytes, total bytes) of a partition this gateway cleans; None
+        for one it does not (not compacted, or not writable here)."""
+        info = self.logs.topics().get(partition_log.topic)
+        if info is None:
+            return None
+        policy = self.logs.policy(info)
+        if not policy.compact or not partition_log.writable():
+            return None
+        progress = self.progress(partition_log)
+        dirty, total = dirtiness(partition_log, progress)
+        progress.seen(dirty, now_ms)
+        return policy, cleaning_due(partition_log, progress, policy, now_ms, dirty, total), dirty, total
 
     async def pass_once(self, *, everything: bool = False, now_ms: int | None = None) -> int:
         """Clean every compacted partition that is due (``everything``: each one once)."""
@@ -368,25 +379,20 @@ class Cleaner:
         worst = 0.0
         dirty_total = 0
         for partition_log in self.logs.loaded():
-            info = self.logs.topics().get(partition_log.topic)
-            if info is None:
-                continue
-            policy = self.logs.policy(info)
-            if not policy.compact or not partition_log.writable():
-                continue
-            progress = self.progress(partition_log)
-            dirty, total = dirtiness(partition_log, progress)
-            progress.seen(dirty, now_ms)
-            worst = max(worst, dirty / total if total else 0.0)
-            dirty_total += dirty
-            if not (cleaning_due(partition_log, progress, policy, now_ms, dirty, total) or everything):
-                continue
-            started = trio.current_time()
-            try:
-                rewritten += await clean(partition_log, progress, policy, self.budget_bytes, self.stats, now_ms)
-            except (KafkaError, StorageError) as exc:
+            with self.failures.guard("cleaning", f"{partition_log.topic}-{partition_log.partition}") as outcome:
+                checked = self._check(partition_log, now_ms)
+                if checked is None:
+                    continue
+                policy, due, dirty, total = checked
+                worst = max(worst, dirty / total if total else 0.0)
+                dirty_total += dirty
+                if not (due or everything):
+                    continue
+                started = trio.current_time()
+                rewritten += await clean(partition_log, self.progress(partition_log), policy, self.budget_bytes,
+                                         self.stats, now_ms)
+            if outcome.failed:
                 self.stats.errors += 1
-                log.warning("cleaning %s-%d failed (retried): %s", partition_log.topic, partition_log.partition, exc)
                 continue
             if not everything:
                 await trio.sleep((trio.current_time() - started) * (1 / self.time_share - 1))

@@ -40,6 +40,7 @@ from .config import GatewayConfig
 from .damage import DamageReport
 from .log_objects import LogObjects
 from .log_writer import LogWriter
+from .maintenance import MaintenanceFailures, every
 from .merging import INDEX_MIN_BYTES, delete_redundant, merge
 from .metadata import TopicInfo
 from .ownership import Ownership
@@ -159,8 +160,10 @@ class ServedLogs(Protocol):
 class Compactor:
     """Compacts the partitions this gateway serves and deletes what is compacted."""
 
-    def __init__(self, logs: ServedLogs, check_interval_s: float = 1.0, time_share: float = 1.0) -> None:
+    def __init__(self, logs: ServedLogs, failures: MaintenanceFailures, check_interval_s: float = 1.0,
+                 time_share: float = 1.0) -> None:
         self.logs = logs
+        self.failures = failures
         self.check_interval_s = check_interval_s
         # After a segment that took t seconds, pause t * (1 / share - 1): compaction takes at
         # most this share of the gateway's time (wall time: its reads and writes count too).
@@ -173,13 +176,7 @@ class Compactor:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        while True:
-            await trio.sleep(self.check_interval_s)
-            try:
-                await self.pass_once()
-            except Exception:  # a failing store must not stop compaction for good
-                self.errors += 1
-                log.exception("compaction pass failed")
+        await every(self.check_interval_s, "compaction", self.pass_once, self.failures)
 
     async def pass_once(self, *, everything: bool = False) -> None:
         """Compact every partition that is due (``everything``: all there is), then collect
@@ -203,12 +200,11 @@ class Compactor:
         """One bounded piece of work on a partition, then a pause that keeps the compactor
         within its share of time; 0 when there was nothing to do or it failed."""
         started = trio.current_time()
-        try:
+        done = 0
+        with self.failures.guard(job.__name__, f"{partition_log.topic}-{partition_log.partition}") as outcome:
             done = await job(partition_log)
-        except (KafkaError, StorageError) as exc:
+        if outcome.failed:
             self.errors += 1
-            log.warning("%s of %s-%d failed (retried): %s", job.__name__, partition_log.topic,
-                        partition_log.partition, exc)
             return 0
         if done:
             if everything:

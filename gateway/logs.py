@@ -22,6 +22,7 @@ from .damage import DamageReport
 from .fencing import Fencer
 from .log_objects import LogObjects
 from .log_writer import LogWriter
+from .maintenance import MaintenanceFailures, every
 from .metadata import MetadataStore, TopicInfo
 from .ownership import Ownership
 from .partition_log import LogSettings, PartitionLog
@@ -71,8 +72,9 @@ def shared_log(store: AsyncStore, namespace: str, node_id: int, linger_ms: int, 
 
 class LogManager:
     def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore,
-                 ownership: Ownership) -> None:
+                 ownership: Ownership, failures: MaintenanceFailures) -> None:
         self.config = config
+        self.failures = failures
         self.store = store
         self.metadata = metadata
         self.ownership = ownership
@@ -84,9 +86,9 @@ class LogManager:
                                on_new_writer=self._fence_loaded)
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer
-        self.compactor = Compactor(self, time_share=config.log.compaction_time_percent / 100)
-        self.cleaner = Cleaner(self, config.log.cleaner_dedupe_buffer_bytes, config.log.cleaner_backoff_ms / 1000,
-                               time_share=config.log.compaction_time_percent / 100)
+        self.compactor = Compactor(self, failures, time_share=config.log.compaction_time_percent / 100)
+        self.cleaner = Cleaner(self, failures, config.log.cleaner_dedupe_buffer_bytes,
+                               config.log.cleaner_backoff_ms / 1000, time_share=config.log.compaction_time_percent / 100)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._loading: dict[tuple[str, int], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
@@ -108,12 +110,8 @@ class LogManager:
             await nursery.start(self.compactor.run)
             await nursery.start(self.cleaner.run)
             task_status.started()
-            while True:
-                await trio.sleep(self.config.topics.retention_check_interval_ms / 1000)
-                try:
-                    await self.enforce_retention()
-                except Exception:  # a failing store must not stop the gateway
-                    log.exception("retention pass failed")
+            await every(self.config.topics.retention_check_interval_ms / 1000, "retention", self.enforce_retention,
+                        self.failures)
 
     def settings_for(self, info: TopicInfo) -> LogSettings:
         return LogSettings(self.config.storage.namespace, self.policy(info).segment_bytes, self.config.log.index_interval,
@@ -138,19 +136,20 @@ class LogManager:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         deleted = 0
         for info in list(self.topics().values()):
-            policy = self.policy(info)
-            if not policy.delete:
+            policy = None
+            with self.failures.guard("retention", info.name):  # a config it cannot use holds no other topic up
+                policy = self.policy(info)
+            if policy is None or not policy.delete:
                 continue  # compact only: the cleaner removes what is superseded, nothing else goes
             for partition in range(info.partitions):
                 if partition % _YIELD_EVERY == 0:
                     await trio.lowlevel.checkpoint()
                 if not self.ownership.owns(info.name, partition):
                     continue  # its owner enforces it
-                try:
+                with self.failures.guard("retention", f"{info.name}-{partition}"):
                     partition_log = await self.get(info.name, partition)
-                except KafkaError:
-                    continue
-                deleted += await enforce_retention(partition_log, policy.retention_ms, policy.retention_bytes, now_ms)
+                    deleted += await enforce_retention(partition_log, policy.retention_ms, policy.retention_bytes,
+                                                       now_ms)
         return deleted
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 __all__ = ["Metrics"]
 
@@ -123,6 +124,20 @@ class Metrics:
              "served in part, never silently skipped", lambda: len(logs.damage)),
         ]:
             Gauge(name, text, registry=self.registry).set_function(read)
+
+    def watch_maintenance(self, failures) -> None:
+        """Failures of background work by task: each skipped item, tried again next pass."""
+        registry = self.registry
+
+        class Collector:
+            def collect(self):
+                family = CounterMetricFamily("kafscale_maintenance_failures",
+                                             "Items of background work that failed and were skipped", labels=["task"])
+                for task, count in sorted(failures.counts.items()):
+                    family.add_metric([task], count)
+                yield family
+
+        registry.register(Collector())
 
     def watch_transactions(self, coordinator, markers) -> None:
         stats = coordinator.stats

@@ -13,6 +13,7 @@ config, what it does on object storage (docs/configuration.md lists them).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -38,12 +39,19 @@ _LONG_MAX = 2**63 - 1
 COMPACT, DELETE = "compact", "delete"
 
 
-def _number(minimum: int, maximum: int) -> Callable[[str], None]:
+# Java's Integer/Long/Double.parse* of the trimmed value, as Kafka's ConfigDef parses: Python's
+# int() and float() also take "1_000" and non-ASCII digits, which Kafka refuses.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _number(minimum: int, maximum: int, *also: int) -> Callable[[str], None]:
     def check(value: str) -> None:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an integer") from None
+        if not _INTEGER.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is not an integer")
+        number = int(value)
+        if number in also:
+            return
         if not minimum <= number <= maximum:
             raise ValueError(f"{number} is outside [{minimum}, {maximum}]")
 
@@ -59,10 +67,9 @@ def _long(minimum: int, maximum: int = _LONG_MAX) -> Callable[[str], None]:
 
 
 def _ratio(value: str) -> None:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a number") from None
+    if not _DECIMAL.fullmatch(value.strip()):
+        raise ValueError(f"{value!r} is not a number")
+    number = float(value)
     if not 0.0 <= number <= 1.0:
         raise ValueError(f"{number} is outside [0, 1]")
 
@@ -100,13 +107,40 @@ def _throttled_replicas(value: str) -> None:
             raise ValueError(f"{item!r} is not partition:broker")
 
 
-def _anything(value: str) -> None:
-    return None
+def _message_format_version(value: str) -> None:
+    """Kafka's MetadataVersion names up to 3.x (the config is gone in Kafka 4)."""
+    if not re.fullmatch(r"(0\.(8|9|10|11)(\.[0-9])?|[12]\.[0-9]|3\.[0-9])(-IV[0-9])?", value.strip()):
+        raise ValueError(f"{value[:40]!r} is not a Kafka message format version (e.g. 2.8, 3.0-IV1)")
+
+
+def _remote_storage(value: str) -> None:
+    _boolean(value)
+    if value.strip().lower() == "true":
+        raise ValueError("tiered storage is not enabled on this cluster: every topic is already kept in "
+                         "object storage, so there is no remote tier to enable")
+
+
+# What every object store names alike (S3's "safe characters"); "." and ".." are refused as
+# segments, since the filesystem store would leave its root for them.
+_KEY_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()-]+")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 def _lfs_prefix(value: str) -> None:
-    if value.startswith("/") or value.endswith("/") or "//" in value or "~" in value:
-        raise ValueError("a key prefix has no leading, trailing or doubled '/' and no '~'")
+    if value == "":
+        return
+    if len(value) > 512:
+        raise ValueError("a key prefix is at most 512 characters")
+    for segment in value.split("/"):
+        if not _KEY_SEGMENT.fullmatch(segment) or segment in (".", ".."):
+            raise ValueError(f"{segment!r} cannot be part of a key prefix: segments are made of letters, digits "
+                             "and !_.*'()- (not . or ..), separated by single '/', with none leading or trailing")
+
+
+def _bucket(value: str) -> None:
+    if value and not _BUCKET.fullmatch(value):
+        raise ValueError("a bucket name is 3-63 lowercase letters, digits, '.' and '-', "
+                         "starting and ending with a letter or digit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +167,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
                     _one_of(*CODECS, "producer"),
                     "Codec of stored batches; producer keeps the producer's.", _STRING,
                     "enforced: batches in another codec are recompressed on produce"),
-        TopicConfig("compression.gzip.level", "-1", _int(-1, 9), "gzip level when compression.type=gzip.", _INT,
+        TopicConfig("compression.gzip.level", "-1", _number(1, 9, -1), "gzip level when compression.type=gzip.", _INT,
                     "enforced when the gateway recompresses"),
         TopicConfig("compression.lz4.level", "9", _int(1, 17), "lz4 level when compression.type=lz4.", _INT,
                     "enforced when the gateway recompresses"),
@@ -166,7 +200,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         TopicConfig("message.downconversion.enable", "true", _boolean,
                     "Whether old fetch versions get down-converted batches.", _BOOLEAN,
                     "accepted, no effect: every served Fetch version reads v2 batches"),
-        TopicConfig("message.format.version", "3.0-IV1", _anything, "Deprecated since Kafka 3.0.", _STRING,
+        TopicConfig("message.format.version", "3.0-IV1", _message_format_version, "Deprecated since Kafka 3.0.", _STRING,
                     "accepted, no effect: batches are always v2"),
         TopicConfig("message.timestamp.after.max.ms", str(_LONG_MAX), _long(0),
                     "Most a record's timestamp may be ahead of the broker's clock.", _LONG,
@@ -194,7 +228,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         TopicConfig("remote.log.delete.on.disable", "false", _boolean,
                     "Tiered storage: delete remote data when disabled.", _BOOLEAN,
                     "accepted, no effect: there is no separate remote tier"),
-        TopicConfig("remote.storage.enable", "false", _boolean, "Tiered storage for this topic.", _BOOLEAN,
+        TopicConfig("remote.storage.enable", "false", _remote_storage, "Tiered storage for this topic.", _BOOLEAN,
                     "accepted, no effect: all data is already in object storage"),
         TopicConfig("retention.bytes", "-1", _long(-1 << 63),
                     "Delete the oldest segments while a partition is larger than this (-1: no limit).", _LONG,
@@ -220,7 +254,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         TopicConfig("kafscale.lfs.min_bytes", str(8 << 20), _long(0),
                     "Values at least this large go to the store (the SDK's threshold, require_sdk's limit).", _LONG,
                     "enforced by the SDK and by require_sdk"),
-        TopicConfig("kafscale.lfs.bucket", "", _anything,
+        TopicConfig("kafscale.lfs.bucket", "", _bucket,
                     "Bucket of this topic's LFS objects (default: the store's bucket; S3 stores only).", _STRING,
                     "enforced by the /lfs endpoint"),
         TopicConfig("kafscale.lfs.prefix", "", _lfs_prefix,

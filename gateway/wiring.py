@@ -36,6 +36,7 @@ from .groups.coordinator import GroupSettings
 from .lfs import LfsService
 from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
 from .logs import LogManager
+from .maintenance import MaintenanceFailures
 from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
 from .metrics import Metrics
 from .ownership import Endpoint, SoleGateway
@@ -208,6 +209,8 @@ class Gateway:
 def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...]) -> Gateway:
     """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``."""
     metrics = Metrics()
+    failures = MaintenanceFailures()
+    metrics.watch_maintenance(failures)
     settings = GroupSettings(config.groups.group_min_session_timeout_ms, config.groups.group_max_session_timeout_ms,
                              config.groups.group_initial_rebalance_delay_ms)
 
@@ -227,7 +230,7 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.cluster.coordinator_slots), settings,
                                   on_rebalance=count_rebalance)
         groups.use_slots(config.cluster.coordinator_slots)
-        logs = LogManager(config, store, metadata, member)
+        logs = LogManager(config, store, metadata, member, failures)
         rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
         coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.storage.namespace)
         transaction_store = EtcdTransactions(etcd, root)
@@ -235,13 +238,14 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         metadata = EmbeddedMetadata(store, config.storage.namespace)
         security = EmbeddedSecurity(store, config.storage.namespace)
         groups = GroupCoordinator(GroupStore(store, config.storage.namespace), settings, on_rebalance=count_rebalance)
-        logs = LogManager(config, store, metadata, SoleGateway(config.network.node_id, *config.network.advertised, endpoints))
+        logs = LogManager(config, store, metadata,
+                          SoleGateway(config.network.node_id, *config.network.advertised, endpoints), failures)
         coordination = Embedded(groups)
         transaction_store = EmbeddedTransactions(store, config.storage.namespace)
     markers = GatewayMarkers(logs, groups, config.network.node_id)
     transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id, markers,
                                           lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
-                                          shared=Mode.of(config) is Mode.CLUSTER)
+                                          failures=failures, shared=Mode.of(config) is Mode.CLUSTER)
     try:
         access = Access(config, security, metrics)
     except (OSError, ValueError) as exc:
@@ -252,7 +256,8 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         info = logs.topics().get(topic)
         return None if info is None else logs.policy(info)
 
-    lfs = LfsService(store, _lfs_objects(config, store), config.lfs, config.storage.namespace, metrics, policy_of)
+    lfs = LfsService(store, _lfs_objects(config, store), config.lfs, config.storage.namespace, metrics, policy_of,
+                     failures)
     return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination, transactions, lfs)
 
 

@@ -43,7 +43,8 @@ class TopicInfo:
     def from_json(cls, name: str, data: dict) -> TopicInfo:
         """``ValueError`` (or KeyError, TypeError) if ``data`` is not a topic."""
         return cls(name, uuid.UUID(data["id"]), int(data["partitions"]),
-                   {str(k): str(v) for k, v in dict(data.get("configs", {})).items()},
+                   # A null value (stored by versions that took a null SET) means "not set".
+                   {str(k): str(v) for k, v in dict(data.get("configs", {})).items() if v is not None},
                    {int(p): int(o) for p, o in data.get("log_start", {}).items()})
 
 

@@ -1,6 +1,7 @@
 """Object-store adapters behind one small interface (see :mod:`.base`)."""
 
 from .base import (
+    InvalidKey,
     ObjectChanged,
     ObjectData,
     ObjectExists,
@@ -16,6 +17,7 @@ from .obstore_backend import LocalBackend, MemoryBackend, ObstoreBackend
 from .s3 import S3Backend, S3Options
 
 __all__ = [
+    "InvalidKey",
     "LocalBackend",
     "MemoryBackend",
     "ObjectExists",

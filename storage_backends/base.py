@@ -24,6 +24,7 @@ __all__ = [
     "ObjectExists",
     "ObjectChanged",
     "StorageUnavailable",
+    "InvalidKey",
 ]
 
 
@@ -45,6 +46,10 @@ class ObjectChanged(StorageError):
 
 class StorageUnavailable(StorageError):
     """The store could not be reached or failed the request (retriable)."""
+
+
+class InvalidKey(StorageError, ValueError):
+    """The store cannot name this key (a "." or ".." segment, an empty one...): never retriable."""
 
 
 class Pieces(tuple):

@@ -11,7 +11,17 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, PreconditionError
 from obstore.store import LocalStore, MemoryStore
 
-from .base import ObjectChanged, ObjectData, ObjectExists, ObjectInfo, ObjectNotFound, Pieces, StorageUnavailable, joined
+from .base import (
+    InvalidKey,
+    ObjectChanged,
+    ObjectData,
+    ObjectExists,
+    ObjectInfo,
+    ObjectNotFound,
+    Pieces,
+    StorageUnavailable,
+    joined,
+)
 
 __all__ = ["ObstoreBackend", "LocalBackend", "MemoryBackend"]
 
@@ -145,6 +155,8 @@ class ObstoreBackend:
             raise ObjectNotFound(key) from exc
         except (BaseError, OSError) as exc:
             raise StorageUnavailable(f"{function.__name__} {key}: {_reason(exc)}") from exc
+        except (TypeError, ValueError) as exc:  # obstore's path parsing: the key, not the store
+            raise InvalidKey(f"{function.__name__} {key!r}: not a key this store can name ({exc})") from exc
 
     def _made_durable(self, key: str) -> None:
         """Hook for backends whose writes are not durable when the call returns."""

@@ -152,6 +152,8 @@ def _apply(configs: dict[str, str], operations, broker) -> dict[str, str]:
     of list-typed configs (cleanup.policy), starting from the effective value, as Kafka does."""
     for item in operations:
         if item.config_operation == SET:
+            if item.value is None:  # Kafka: "Null value not supported for : name"
+                raise KafkaError(ErrorCode.invalid_request, f"SET of {item.name} has no value (DELETE removes one)")
             configs[item.name] = item.value
         elif item.config_operation == DELETE:
             configs.pop(item.name, None)
@@ -191,7 +193,6 @@ async def _alter(ctx: RequestContext, request: Request, incremental: bool):
                 configs = _apply(dict(info.configs), resource.configs, ctx.config)
             else:  # AlterConfigs replaces the whole set
                 configs = {item.name: item.value for item in resource.configs if item.value is not None}
-                validate_topic_configs(configs)
             validate_topic_configs(configs)
             if not validate_only:
                 await ctx.logs.alter_topic_configs(resource.resource_name, configs)

@@ -42,6 +42,7 @@ from kafscale.protocol.records import iter_records, split_batches
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from ..config import LfsConfig
+from ..maintenance import MaintenanceFailures, every
 from ..metrics import Metrics
 from ..storage import AsyncStore
 from ..topic_configs import LfsPolicy, TopicPolicy
@@ -118,8 +119,9 @@ def _now_ms() -> int:
 
 class LfsService:
     def __init__(self, store: AsyncStore, objects: LfsObjects, config: LfsConfig, namespace: str,
-                 metrics: Metrics, policy_of: Callable[[str], TopicPolicy | None]) -> None:
+                 metrics: Metrics, policy_of: Callable[[str], TopicPolicy | None], failures: MaintenanceFailures) -> None:
         self._store = store
+        self._failures = failures
         self.objects = objects
         self._config = config
         self._namespace = namespace
@@ -415,26 +417,29 @@ class LfsService:
         deleted: dict[str, int] = {}
         now = _now_ms()
         for info in await self._store.list(self._prefix):
-            try:
-                upload = Upload.from_json(await self._store.get(info.key))
-            except ObjectNotFound:
-                continue
-            except (ValueError, TypeError) as exc:
-                log.error("LFS upload document %s is unreadable (left alone): %s", info.key, exc)
-                continue
-            reason = self._why_delete(upload, now)
-            if reason is None:
-                continue
-            try:
-                await self._thread(self.objects.abort, upload.bucket, upload.key, upload.multipart_id)
-                await self._store.delete(info.key)
-            except StorageError as exc:
-                log.warning("deleting LFS object %s/%s failed (retried next pass): %s", upload.bucket, upload.key, exc)
-                continue
-            log.info("deleted LFS object %s/%s of topic %s: %s", upload.bucket, upload.key, upload.topic, reason)
-            self._metrics.lfs_objects_deleted.labels(reason).inc()
-            deleted[reason] = deleted.get(reason, 0) + 1
+            with self._failures.guard("LFS clean-up", info.key):  # one session it cannot handle holds up no other
+                reason = await self._sweep_one(info.key, now)
+                if reason is not None:
+                    deleted[reason] = deleted.get(reason, 0) + 1
         return deleted
+
+    async def _sweep_one(self, document: str, now: int) -> str | None:
+        """Delete one upload session's object and document if it is due: why, or None."""
+        try:
+            upload = Upload.from_json(await self._store.get(document))
+        except ObjectNotFound:
+            return None
+        except (ValueError, TypeError) as exc:
+            log.error("LFS upload document %s is unreadable (left alone): %s", document, exc)
+            return None
+        reason = self._why_delete(upload, now)
+        if reason is None:
+            return None
+        await self._thread(self.objects.abort, upload.bucket, upload.key, upload.multipart_id)
+        await self._store.delete(document)
+        log.info("deleted LFS object %s/%s of topic %s: %s", upload.bucket, upload.key, upload.topic, reason)
+        self._metrics.lfs_objects_deleted.labels(reason).inc()
+        return reason
 
     def _why_delete(self, upload: Upload, now: int) -> str | None:
         policy = self._policy_of(upload.topic)
@@ -451,11 +456,8 @@ class LfsService:
 
     async def run_sweeps(self, leads: Callable[[], bool]) -> None:
         """Sweep every ``lfs_sweep_interval_ms`` while ``leads()`` (one gateway of a cluster)."""
-        while True:
-            await trio.sleep(self._config.lfs_sweep_interval_ms / 1000)
-            if not leads():
-                continue
-            try:
+        async def sweep_if_leading() -> None:
+            if leads():
                 await self.sweep()
-            except StorageError as exc:
-                log.warning("LFS clean-up pass failed (retried): %s", exc)
+
+        await every(self._config.lfs_sweep_interval_ms / 1000, "LFS clean-up", sweep_if_leading, self._failures)

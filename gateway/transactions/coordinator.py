@@ -26,6 +26,7 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
 
+from ..maintenance import MaintenanceFailures
 from .store import ABSENT, StoredTransaction, TransactionChanged, TransactionStore
 
 __all__ = ["MarkerWriter", "TransactionCoordinator", "TransactionStats", "MAX_TIMEOUT_MS"]
@@ -65,13 +66,14 @@ class TransactionStats:
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
-                 shared: bool = True) -> None:
+                 failures: MaintenanceFailures, shared: bool = True) -> None:
         """``shared``: other gateways coordinate transactions in the same store, so every
         decision reads the store; alone, this coordinator is the only writer of its store:
         it keeps each id's state as it last wrote or read it and reads the store only for
         an id it does not know or after losing a swap (a write it did not expect), and a
         sweep reads nothing while idle."""
         self._store = store
+        self._failures = failures
         self._new_producer_id = new_producer_id
         self._markers = markers
         self._clock_ms = clock_ms
@@ -249,10 +251,8 @@ class TransactionCoordinator:
                     nursery.start_soon(self._finish, self._prepared.pop())
                 if trio.current_time() >= next_sweep:
                     next_sweep = trio.current_time() + check_interval_s
-                    try:
+                    with self._failures.guard("transaction sweep", "a pass"):
                         await self.sweep()
-                    except Exception:  # an unreachable store or etcd must not stop the gateway
-                        log.exception("transaction sweep failed")
 
     async def _finish(self, transactional_id: str) -> None:
         try:
@@ -288,13 +288,14 @@ class TransactionCoordinator:
         now = self._clock_ms()
         unfinished = await self.unfinished()
         for transaction in unfinished:
-            try:
-                if transaction.state.preparing:
-                    await self.complete(transaction.transactional_id)
-                elif transaction.expired(now) and self._markers.coordinates(transaction.transactional_id):
-                    await self._abort_expired(transaction.transactional_id, now)
-            except KafkaError as exc:  # e.g. a partition moving; the next sweep tries again
-                log.info("transaction %r not finished yet: %s", transaction.transactional_id, exc)
+            with self._failures.guard("transaction sweep", repr(transaction.transactional_id)):
+                try:
+                    if transaction.state.preparing:
+                        await self.complete(transaction.transactional_id)
+                    elif transaction.expired(now) and self._markers.coordinates(transaction.transactional_id):
+                        await self._abort_expired(transaction.transactional_id, now)
+                except KafkaError as exc:  # e.g. a partition moving; the next sweep tries again
+                    log.info("transaction %r not finished yet: %s", transaction.transactional_id, exc)
         # A transaction still open in a partition twice the longest timeout after it was seen
         # there, with no unfinished transaction of its producer: its end was lost.
         await self._markers.abort_orphans({t.producer_id for t in unfinished}, 2 * self.max_timeout_ms / 1000)

@@ -12,6 +12,7 @@ from kafscale.gateway.cache import ByteLRU
 from kafscale.gateway.compaction import Compactor, compact
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.logs import shared_log
+from kafscale.gateway.maintenance import MaintenanceFailures
 from kafscale.gateway.ownership import SoleGateway
 from kafscale.gateway.partition_log import AppendedEntry, LogSettings, PartitionLog
 from kafscale.gateway.recovery import recover
@@ -349,7 +350,7 @@ async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_ob
             await ticket.wait()
     assert len(await _log_objects(store)) == 21
 
-    compactor = Compactor(_Manager(store, node, logs))
+    compactor = Compactor(_Manager(store, node, logs), MaintenanceFailures())
     await compactor.pass_once(everything=True)
     for log in logs:
         segments = [p for p in log.pieces if p.kind == "segment"]
@@ -397,7 +398,7 @@ async def test_a_large_segment_is_read_in_windows_its_index_bounds(nursery, monk
     for i in range(60):
         _, ticket = log.append(*_record_set(n=20, start=i * 20))
         await ticket.wait()
-    await Compactor(_Manager(store, node, [log])).pass_once(everything=True)
+    await Compactor(_Manager(store, node, [log]), MaintenanceFailures()).pass_once(everything=True)
     (segment,) = [p for p in log.pieces if p.kind == "segment"]
     assert segment.size > 8 * 1024
 
@@ -468,9 +469,9 @@ async def test_compaction_takes_at_most_its_share_of_time(autojump_clock, monkey
 
     monkeypatch.setattr(compaction, "due", lambda partition_log, now: len(written) < 3)
     monkeypatch.setattr(compaction, "merge", nothing_to_merge)
-    partition = types.SimpleNamespace(redundant=[])
+    partition = types.SimpleNamespace(redundant=[], topic="t", partition=0)
     manager = type("M", (), {"loaded": lambda self: [partition]})()
-    compactor = compaction.Compactor(manager, time_share=0.25)
+    compactor = compaction.Compactor(manager, MaintenanceFailures(), time_share=0.25)
     compactor._collected_at = float("inf")  # no collection in this test
     started = trio.current_time()
     await compactor.pass_once()
@@ -606,7 +607,7 @@ async def test_the_janitor_never_deletes_a_seal_ahead_of_its_writer(store, nurse
     await b.open(0, fence=True)  # a seal goes in a's next slot,
     await b.open(1, fence=True)  # and another one after it
     await a.objects.refresh()
-    await Compactor(_Manager(store, a, [a0])).collect()
+    await Compactor(_Manager(store, a, [a0]), MaintenanceFailures()).collect()
     _, ticket = a0.append(*_record_set(start=9))
     with pytest.raises(KafkaError) as info:
         await ticket.wait()
@@ -635,7 +636,7 @@ async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(monkeypatch
     assert await compact(b0) == 3
     future = time.time() + 10 * 365 * 86400  # the janitor's clock: ten years later
     monkeypatch.setattr(compaction.time, "time", lambda: future)
-    janitor = Compactor(_Manager(store, b, [b0]))
+    janitor = Compactor(_Manager(store, b, [b0]), MaintenanceFailures())
     for _ in range(3):  # deletes a's settled objects, and would delete the seal next
         await b.objects.refresh()
         await janitor.collect()
@@ -707,7 +708,7 @@ async def test_offset_for_timestamp_reads_one_index_span_not_the_segment(store, 
     for i in range(50):
         _, ticket = log.append(*_record_set(n=20, start=i * 20, ts=10_000 + i * 20))
         await ticket.wait()
-    await Compactor(_Manager(store, node, [log])).pass_once(everything=True)
+    await Compactor(_Manager(store, node, [log]), MaintenanceFailures()).pass_once(everything=True)
     segment = next(p for p in log.pieces if p.kind == "segment")
 
     reads: list[tuple[str, int]] = []

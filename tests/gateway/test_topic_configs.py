@@ -149,3 +149,30 @@ async def test_the_broker_default_cleanup_policy_applies_to_topics_that_set_none
     await _topic(client, "c")
     assert (await _describe(client, "c"))["cleanup.policy"] == ("compact", STATIC_BROKER_CONFIG)
     assert running.context.logs.policy(running.context.logs.topics()["c"]).compact
+
+
+@pytest.mark.parametrize("name, value", [
+    ("compression.gzip.level", "0"), ("retention.ms", "1_000"), ("segment.bytes", "１０２４"),
+    ("min.cleanable.dirty.ratio", "0_5"), ("message.format.version", "x" * 1000),
+    ("message.format.version", "9.9"), ("remote.storage.enable", "true"), ("kafscale.lfs.bucket", "Bad_Bucket"),
+    ("kafscale.lfs.prefix", "a/../.."),
+])
+async def test_values_kafka_refuses_are_refused_too(nursery, name, value):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    code, message = await _create(client, "bad", {name: value})
+    assert code == ErrorCode.invalid_config and name in message
+    await _topic(client, "t")
+    assert await _alter(client, "t", (name, SET, value)) == ErrorCode.invalid_config
+    assert running.context.logs.topics()["t"].configs == {}
+
+
+@pytest.mark.parametrize("name, value", [
+    ("compression.gzip.level", "-1"), ("compression.gzip.level", "9"), ("retention.ms", " +1000 "),
+    ("message.format.version", "0.10.2-IV0"), ("message.format.version", "3.0-IV1"),
+    ("min.cleanable.dirty.ratio", "5e-1"),
+])
+async def test_values_kafka_accepts_stay_accepted(nursery, name, value):
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    assert await _create(client, "ok", {name: value}) == (ErrorCode.none, None)
