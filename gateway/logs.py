@@ -31,10 +31,14 @@ from .retention import delete_before_log_start, enforce_retention
 from .storage import AsyncStore
 from .topic_configs import TopicPolicy, topic_policy
 
-__all__ = ["LogManager", "SharedLog", "shared_log", "validate_topic_name"]
+__all__ = ["INTERNAL_TOPICS", "LogManager", "SharedLog", "shared_log", "validate_topic_name"]
 
 log = logging.getLogger("kafscale.logs")
 
+# Kafka's internal topics (Topic.isInternal, and KRaft's own log): never created by a client
+# (lag monitors ask Metadata for __consumer_offsets; auto-creation made it a user topic).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
+                             "__cluster_metadata"})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _YIELD_EVERY = 1000  # partitions handled between checkpoints in whole-catalog loops
 
@@ -207,16 +211,23 @@ class LogManager:
             self._catalog = catalog
         return self._served
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+    def check_new_topic(self, name: str, partitions: int) -> None:
+        """Refuse a topic that cannot be created: a name Kafka refuses, one of its internal
+        topics, a partition count beyond the limits."""
         validate_topic_name(name)
+        if name in INTERNAL_TOPICS:  # Kafka: "Creation of internal topic ... is prohibited"
+            raise KafkaError(ErrorCode.invalid_request, f"{name} is one of Kafka's internal topics: clients "
+                             "cannot create it")
         self.check_partition_count(name, partitions)
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        self.check_new_topic(name, partitions)
         return await self.metadata.create_topic(name, partitions, configs or {})
 
     async def ensure_topic(self, name: str) -> TopicInfo | None:
         """The topic, auto-creating it when configured to (``None`` if unknown)."""
         info = self.topics().get(name)
-        if info is None and self.config.topics.auto_create_topics:
-            validate_topic_name(name)
+        if info is None and self.config.topics.auto_create_topics and name not in INTERNAL_TOPICS:
             info = await self.create_topic(name, self.config.topics.default_partitions)
         return info
 

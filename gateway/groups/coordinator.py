@@ -488,7 +488,7 @@ class GroupCoordinator:
             log.info("group %s: member %s left", group_id, member.member_id)
             self._remove(group, member)
             removed = True
-            results.append((member.member_id, instance_id, ErrorCode.none))
+            results.append((member_id, instance_id, ErrorCode.none))  # Kafka echoes the request's id
         if removed:
             self._after_removal(group, "member left")
         return results

@@ -84,7 +84,9 @@ async def handle_metadata(ctx: RequestContext, request: Request):
     for wanted in requested:
         name = getattr(wanted, "name", None)
         topic_id = getattr(wanted, "topic_id", None)
-        if name is None and topic_id is not None and topic_id.int != 0:
+        # By id whenever one is given, as Kafka does: the Java admin's describeTopics by id
+        # sends the id with an empty name, not a null one.
+        if topic_id is not None and topic_id.int != 0:
             info = by_id.get(topic_id)
             entries.append(await _topic_entry(ctx, info) if info and may_describe(Operation.DESCRIBE, info.name)
                            else _error_topic(request, None, topic_id, ErrorCode.unknown_topic_id))

@@ -9,7 +9,6 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..logs import validate_topic_name
 from ..security.acl import Operation
 from ..topic_configs import validate_topic_configs
 from .base import register, respond
@@ -65,8 +64,7 @@ async def _create_one(ctx: RequestContext, topic, validate_only: bool) -> dict:
     if name in ctx.logs.metadata.topics():  # also a topic not served for its size
         return _create_entry(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")
     try:
-        validate_topic_name(name)
-        ctx.logs.check_partition_count(name, partitions)
+        ctx.logs.check_new_topic(name, partitions)
         if validate_only:
             return _create_entry(name, ErrorCode.none)
         info = await ctx.logs.create_topic(name, partitions, configs)

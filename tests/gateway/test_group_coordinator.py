@@ -210,6 +210,10 @@ async def test_static_members_rejoin_without_rebalance_leader_included(autojump_
                                         assignments={})
         assert synced["assignment"] == old_id.encode()  # its old assignment, untouched
     assert group.state == GroupState.STABLE and group.generation == generation
+    # An admin removes one by its instance id alone (the Java admin's removeMembersFromConsumerGroup):
+    # Kafka answers the request's member id (empty), not the id it resolved to.
+    assert coordinator.leave("g", [("", "i-1")]) == [("", "i-1", ErrorCode.none)]
+    assert "i-1" not in group.static and len(group.members) == 1
 
 
 class _SlowFirstSave(GroupStore):
