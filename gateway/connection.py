@@ -51,6 +51,7 @@ from .budget import ByteBudget, RequestMemory
 from .context import GatewayContext, RequestContext
 from .handlers import Handler
 from .handlers.base import Completion, Ready
+from .log_limits import PerSourceLog
 from .security.access import Session
 from .wire import Answer, KafkaWire, RawToken, Violation
 
@@ -99,8 +100,10 @@ class _Closing(Exception):
 
 class Connection:
     def __init__(self, ctx: GatewayContext, stream: trio.abc.Stream, budget: ByteBudget, peer: str,
-                 session: Session, *, unauthenticated: ByteBudget, receive_buffer: memoryview) -> None:
+                 session: Session, *, unauthenticated: ByteBudget, receive_buffer: memoryview,
+                 violations: PerSourceLog) -> None:
         self.ctx = ctx
+        self._violations = violations  # what closes connections, logged per client address at most once a minute
         self.stream = stream
         self.session = session
         self.account = budget.connection(ctx.config.limits.connection_inflight_bytes)
@@ -323,7 +326,7 @@ class Connection:
 
     def _violation(self, exc: Exception) -> None:
         self.ctx.metrics.protocol_errors.inc()
-        log.warning("closing connection from %s: %s", self.peer, exc)
+        self._violations.log(self.session.host, "closing connection from %s: %s", self.peer, exc)
 
     def _timeout(self, handler: Handler, request: Request) -> float:
         """Seconds the request may take."""

@@ -14,6 +14,7 @@ from .config import GatewayConfig, Listener
 from .connection import RECEIVE_BUFFER_BYTES, Connection
 from .context import GatewayContext
 from .http import serve_http
+from .log_limits import PerSourceLog
 from .ownership import Endpoint
 from .security.access import Access, Session
 from .security.tls import PrincipalMapper, TlsConfigError, TlsContext, TlsHandshakeFailed, tls_accept
@@ -105,6 +106,7 @@ class Clients:
         gateway.metrics.inflight_bytes.set_function(lambda: self.budget.used)
         self.connections: set[Connection] = set()
         self._receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))  # one for all: see Connection
+        self._violations = PerSourceLog(logging.getLogger("kafscale.connection"))
 
     async def serve(self, stream: trio.SocketStream, spec: Listener) -> None:
         try:
@@ -121,7 +123,7 @@ class Clients:
                 return
             client = secured
         connection = Connection(self._context, client, self.budget, peer, session, unauthenticated=self.unauthenticated,
-                                receive_buffer=self._receive_buffer)
+                                receive_buffer=self._receive_buffer, violations=self._violations)
         self.connections.add(connection)
         self._context.metrics.connections.inc()
         try:

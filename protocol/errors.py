@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from .api_versions import SERVED_VERSIONS, ApiKey
+
 __all__ = [
     "ErrorCode",
     "KafkaError",
@@ -53,10 +55,18 @@ class UnsupportedVersion(KafkaError):
     """An API key or version we do not serve (answered with UNSUPPORTED_VERSION)."""
 
     def __init__(self, api_key: int, api_version: int) -> None:
-        super().__init__(
-            ErrorCode.unsupported_version,
-            f"api key {api_key} version {api_version} is not supported",
-        )
+        try:
+            name = ApiKey(api_key).name
+        except ValueError:
+            super().__init__(ErrorCode.unsupported_version, f"api key {api_key} (v{api_version}) is not served")
+        else:
+            served = SERVED_VERSIONS.get(ApiKey(api_key))
+            which = f"v{served.min_version}-v{served.max_version} are" if served else "no version is"
+            why = ""
+            if served and api_version < served.min_version and api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
+                why = " (they carry the message formats before v2, which Kafka 4 removed too)"
+            super().__init__(ErrorCode.unsupported_version,
+                             f"{name} (api key {api_key}) v{api_version} is not served: {which}{why}")
         self.api_key = api_key
         self.api_version = api_version
 

@@ -89,9 +89,16 @@ def respond(request: Request, values: dict[str, Any]) -> Any:
     return build(response_class(request.header.api_key, request.header.api_version), values)
 
 
+# Advertised below what is served, as Kafka 4 does (KAFKA-18659): librdkafka before 2.10
+# decides that a broker supports gzip, snappy and lz4 only if its Produce range starts at v0,
+# and otherwise sends those batches uncompressed. A Produce v0-2 request itself is refused
+# like any version not served (the connection is closed).
+_ADVERTISED_MIN_VERSION: dict[int, int] = {ApiKey.PRODUCE: 0}
+
+
 def advertised_versions() -> list[tuple[int, int, int]]:
     return sorted(
-        (int(key), handler.served.min_version, handler.served.max_version)
+        (int(key), _ADVERTISED_MIN_VERSION.get(key, handler.served.min_version), handler.served.max_version)
         for key, handler in REGISTRY.items()
     )
 

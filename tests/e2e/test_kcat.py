@@ -4,6 +4,10 @@ import shutil
 import subprocess
 
 import pytest
+import trio
+
+from kafscale.protocol.records import split_batches
+from tests.support.wire_client import Client, fetch
 
 KCAT = shutil.which("kcat")
 pytestmark = pytest.mark.skipif(
@@ -35,6 +39,26 @@ def test_produce_and_consume_each_codec(gateway, codec):
                "-f", "%o|%k|%s|%h\\n")
     rows = [line.split("|") for line in out.splitlines() if line]
     assert rows == [[str(i), f"k{i}", f"value {i}", "source=kcat"] for i in range(50)]
+    # librdkafka before 2.10 compresses only if the broker's Produce range starts at v0
+    # (else "Broker does not support compression type ...: not compressing batch").
+    assert _stored_codecs(gateway.port, topic) == {CODECS[codec]}
+
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def _stored_codecs(port: int, topic: str) -> set[int]:
+    """The codecs of the batches a topic's partition 0 holds, as Fetch serves them byte-exact."""
+    async def read() -> set[int]:
+        client = await Client.connect(port)
+        try:
+            body = await client.call(1, 12, fetch(topic, 0, 0))
+            data = bytes(body.responses[0].partitions[0].records or b"")
+            return {header.compression for header in split_batches(data)}
+        finally:
+            await client.stream.aclose()
+
+    return trio.run(read)
 
 
 def test_query_offsets(gateway):

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.static.primitive import Records
 
-from kafscale.gateway.handlers import advertised_versions
+from kafscale.gateway.handlers import REGISTRY
 from kafscale.protocol import FrameDecoder, encode_frame
 from kafscale.protocol.messages import RequestHeader, encode_request, request_class
 
@@ -118,8 +118,9 @@ def mutate(frame: bytes, rng: random.Random) -> bytes:
 
 def generated_frames(count: int, seed: int) -> list[bytes]:
     """Well-formed requests with random contents, drawn from kio's schemas for every
-    (api key, version) the gateway advertises."""
-    served = [(key, version) for key, low, high in advertised_versions() for version in range(low, high + 1)]
+    (api key, version) the gateway serves (Produce v0-2, advertised but refused, have no schema)."""
+    served = [(int(key), version) for key, handler in sorted(REGISTRY.items())
+              for version in range(handler.served.min_version, handler.served.max_version + 1)]
     frames: list[bytes] = []
     st.register_type_strategy(Records, st.binary(max_size=256).map(Records))
 
