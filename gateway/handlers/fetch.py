@@ -118,13 +118,17 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             records: list[memoryview] = []
             size = 0
             want = min(max(part.partition_max_bytes, 0), max_bytes - total)
-            # Reserve before reading, so concurrent fetches see each other's share at once;
-            # the first batch may exceed ``want`` (as in Kafka), never max.message.bytes.
+            # Reserve before reading, so concurrent fetches see each other's share at once.
+            # The answer's first batch may exceed ``want`` (as in Kafka), up to max.message.bytes:
+            # room for it is reserved as far as the budget has it, and a batch larger than that
+            # is still served, alone, its excess charged once read (never reserving a topic's
+            # whole max.message.bytes, which may be more than the budget will ever have).
             largest_batch = ctx.logs.max_message_bytes(name) if total == 0 else 0
             if memory is not None:
                 want = min(want, memory.available())
+                largest_batch = min(largest_batch, memory.available())
             reserve = max(want, largest_batch)
-            if want > 0 and (memory is None or memory.available() >= reserve):
+            if want > 0:
                 if memory is not None:
                     memory.charge(reserve)
                 try:
@@ -138,7 +142,10 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
                     continue
                 finally:
                     if memory is not None:
-                        memory.refund(reserve - size)
+                        if size > reserve:
+                            memory.charge(size - reserve)
+                        else:
+                            memory.refund(reserve - size)
             total += size
             aborted = None
             if committed_only and records:
