@@ -5,12 +5,16 @@ from __future__ import annotations
 import signal
 import sys
 
-import trio
+# kio registers hypothesis strategies whenever hypothesis can be imported, and importing it
+# makes a .hypothesis folder in the working directory: the server needs neither.
+sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
-from .config import ConfigError, load_config
-from .heap import collect_rarely, return_large_buffers
-from .logsetup import setup_logging
-from .server import StartupError, serve
+import trio  # noqa: E402
+
+from .config import ConfigError, load_config  # noqa: E402
+from .heap import collect_rarely, return_large_buffers  # noqa: E402
+from .logsetup import setup_logging  # noqa: E402
+from .server import StartupError, serve  # noqa: E402
 
 
 async def _run(config) -> None:

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any
 
-from kafscale.storage_backends import S3Options
+from kafscale import __version__
+from kafscale.storage_backends import S3Options, check_location
 
 __all__ = ["GatewayConfig", "ConfigError", "Listener", "load_config", "build_parser", "SECURITY_PROTOCOLS",
            "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
@@ -20,10 +21,13 @@ class ConfigError(ValueError):
     """A configuration value is missing, malformed or out of range."""
 
 
-def _opt(default: Any, help: str, *, minimum: int | None = None, choices: tuple | None = None,
-         secret: bool = False):
-    return field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices,
-                                            "secret": secret})
+def _opt(default: Any, help: str, *, minimum: int | None = None, maximum: int | None = None,
+         choices: tuple | None = None, secret: bool = False):
+    return field(default=default, metadata={"help": help, "minimum": minimum, "maximum": maximum,
+                                            "choices": choices, "secret": secret})
+
+
+_PORT_MAX = 65535
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -66,11 +70,13 @@ class NetworkConfig:
     """Where the gateway listens and what it tells clients."""
 
     host: str = _opt("127.0.0.1", "address to listen on for Kafka clients")
-    port: int = _opt(9092, "Kafka listener port", minimum=0)
+    port: int = _opt(9092, "Kafka listener port", minimum=0, maximum=_PORT_MAX)
     advertised_host: str = _opt("", "host clients are told to connect to (default: --host)")
-    advertised_port: int = _opt(0, "port clients are told to connect to (default: --port)", minimum=0)
+    advertised_port: int = _opt(0, "port clients are told to connect to (default: --port)", minimum=0,
+                                maximum=_PORT_MAX)
     http_host: str = _opt("127.0.0.1", "address of the /metrics, /healthz, /readyz listener")
-    http_port: int = _opt(9094, "port of the HTTP listener (0 picks a free one, -1 disables it)", minimum=-1)
+    http_port: int = _opt(9094, "port of the HTTP listener (0 picks a free one, -1 disables it)", minimum=-1,
+                          maximum=_PORT_MAX)
     http_idle_timeout_ms: int = _opt(60_000, "an HTTP client that sends no body bytes, or reads none of the answer, "
                                      "this long is dropped", minimum=100)
     listeners: str = _opt(
@@ -444,6 +450,9 @@ class GatewayConfig:
             minimum = item.metadata.get("minimum")
             if minimum is not None and value < minimum:
                 raise ConfigError(f"{item.name} must be >= {minimum}, got {value}")
+            maximum = item.metadata.get("maximum")
+            if maximum is not None and value > maximum:
+                raise ConfigError(f"{item.name} must be <= {maximum}, got {value}")
             choices = item.metadata.get("choices")
             if choices and value not in choices:
                 raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
@@ -454,6 +463,10 @@ class GatewayConfig:
             raise ConfigError("segment_bytes must be at least max_message_bytes")
         if self.cluster.enabled and self.cluster.cluster_refresh_ms * 3 > self.cluster.lease_ttl_ms:
             raise ConfigError("cluster_refresh_ms must be at most a third of lease_ttl_ms")
+        try:
+            check_location(storage.storage)
+        except ValueError as exc:
+            raise ConfigError(f"storage: {exc}") from None
         if not storage.namespace or "/" in storage.namespace:
             raise ConfigError("namespace must be a non-empty name without '/'")
         self._validate_security()
@@ -522,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Every option can also be set as KAFSCALE_<OPTION> in the environment or in a TOML "
         "file (--config); flags win over the environment, which wins over the file.",
     )
+    parser.add_argument("--version", action="version", version=f"kafscale-gateway {__version__}")
     parser.add_argument("--config", metavar="FILE", help="TOML file with option = value lines")
     for item in GatewayConfig.options():
         flag = "--" + item.name.replace("_", "-")

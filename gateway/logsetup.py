@@ -32,3 +32,8 @@ def setup_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Libraries' chatter stays below the gateway's own events: httpx logs every request to
+    # etcd at INFO (90 % of a cluster's log), and its transport every step at DEBUG.
+    quiet = max(logging.WARNING, root.level)
+    for library in ("httpx", "httpcore", "botocore", "urllib3", "h11"):
+        logging.getLogger(library).setLevel(quiet)

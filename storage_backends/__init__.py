@@ -12,7 +12,7 @@ from .base import (
     StorageError,
     StorageUnavailable,
 )
-from .factory import open_store
+from .factory import check_location, open_store
 from .obstore_backend import LocalBackend, MemoryBackend, ObstoreBackend
 from .s3 import S3Backend, S3Options
 
@@ -32,5 +32,6 @@ __all__ = [
     "S3Options",
     "StorageError",
     "StorageUnavailable",
+    "check_location",
     "open_store",
 ]

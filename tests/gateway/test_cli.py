@@ -44,3 +44,46 @@ def test_a_port_in_use(tmp_path):
         done = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port), "--http-port", "-1",
                                "--storage", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
     assert _one_line(done).startswith("kafscale-gateway: cannot listen on 127.0.0.1")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--port", "70000"), "port must be <= 65535, got 70000"),
+    (("--advertised-port", "85041"), "advertised_port must be <= 65535, got 85041"),
+    (("--http-port", "65536"), "http_port must be <= 65535"),
+    (("--storage", "foo://x"), "use a path, file:///absolute/path, s3://bucket/prefix or memory://"),
+    (("--storage", ""), "no storage location given"),
+])
+def test_options_out_of_range_exit_2_saying_why(tmp_path, args, message):
+    done = _start(*args, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_version_and_no_hypothesis_folder(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--version"], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("kafscale-gateway 0.")
+    # A short run with hypothesis installed (it is, for the tests) leaves only ./data behind.
+    process = subprocess.Popen([sys.executable, "-m", "kafscale.gateway.cli", "--port", "0", "--http-port", "-1"],
+                               cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "serving Kafka" in line:
+                break
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_library_chatter_stays_below_the_gateways_events():
+    import logging
+
+    from kafscale.gateway.logsetup import setup_logging
+
+    setup_logging("INFO", "text")
+    try:
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+        assert logging.getLogger("kafscale.server").isEnabledFor(logging.INFO)
+    finally:
+        logging.getLogger().handlers[:] = []
