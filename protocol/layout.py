@@ -6,6 +6,7 @@ reader; zero-padded base offsets make a key listing come out in offset order.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 __all__ = [
@@ -27,6 +28,9 @@ __all__ = [
     "log_object_namespace",
     "writer_node",
     "cleaner_checkpoint_key",
+    "id_object_name",
+    "id_of_object_name",
+    "DIGEST_NAME_PREFIX",
 ]
 
 _SEGMENT = re.compile(r"segment-(\d{20})\.kfs$")
@@ -39,6 +43,30 @@ SECURITY_DOCUMENT = "security.json"  # SCRAM credentials (salted) and ACLs of a 
 # Shared log objects: {namespace}/~log/{writer}/{sequence:020d}.kfl, where a writer is one
 # run of one gateway, "{node id}-{incarnation}" (incarnation: hex, unique per start).
 LOG_PREFIX = "~log"
+
+
+# A group or transactional id names its object: in hex up to 100 bytes (readable, and what
+# earlier versions wrote), by its SHA-256 beyond (Kafka allows ids of 32,767 bytes; a
+# filesystem name ends at 255 bytes, an S3 key at 1,024). A digest-named document holds the id.
+_ID_HEX_MAX = 200
+DIGEST_NAME_PREFIX = "sha256-"
+
+
+def id_object_name(identifier: str) -> str:
+    """The object name (no extension) of a group or transactional id."""
+    named = identifier.encode().hex()
+    if len(named) <= _ID_HEX_MAX:
+        return named
+    return DIGEST_NAME_PREFIX + hashlib.sha256(identifier.encode()).hexdigest()
+
+
+def id_of_object_name(name: str) -> str | None:
+    """The id a hex object name spells; None for a digest name (the id is in the document)
+    or a name that is not one of these."""
+    try:
+        return bytes.fromhex(name).decode()
+    except ValueError:
+        return None
 
 
 def topics_key(namespace: str) -> str:

@@ -191,7 +191,7 @@ class Transaction:
     # -- stored form ---------------------------------------------------------------------
 
     def to_json(self) -> bytes:
-        return json.dumps({"pid": self.producer_id, "epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
+        return json.dumps({"id": self.transactional_id, "pid": self.producer_id, "epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
                            "state": self.state.value, "partitions": sorted([t, p] for t, p in self.partitions),
                            "groups": sorted(self.group_ids), "started_ms": self.started_ms,
                            "updated_ms": self.updated_ms,
@@ -201,10 +201,18 @@ class Transaction:
                            "groups_done": sorted(self.groups_done)}).encode()
 
     @classmethod
-    def from_json(cls, transactional_id: str, raw: bytes) -> Transaction:
-        """``ValueError`` if ``raw`` is not a stored transaction."""
+    def from_json(cls, transactional_id: str | None, raw: bytes) -> Transaction:
+        """``ValueError`` if ``raw`` is not a stored transaction (of ``transactional_id``; of
+        the id it holds when that is None: an object named by a digest of its id)."""
         try:
             data = json.loads(raw)
+            held = data.get("id")  # absent from documents written before ids were kept in them
+            if transactional_id is None:
+                transactional_id = str(held) if held is not None else None
+                if transactional_id is None:
+                    raise ValueError("it names no transactional id")
+            elif held is not None and held != transactional_id:
+                raise ValueError(f"it holds the transaction of {held!r}")
             return cls(transactional_id, int(data["pid"]), int(data["epoch"]), int(data["timeout_ms"]),
                        TxnState(data["state"]), frozenset((str(t), int(p)) for t, p in data["partitions"]),
                        frozenset(str(g) for g in data["groups"]), int(data["started_ms"]), int(data["updated_ms"]),

@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kafscale.protocol.layout import META_PREFIX
+from kafscale.protocol.layout import META_PREFIX, id_object_name, id_of_object_name
 
 from ..storage import AsyncStore
 
@@ -70,17 +70,16 @@ class LoadedGroups:
 
 
 def parse_groups(documents: list[tuple[str, bytes]]) -> LoadedGroups:
-    """Stored groups from ``(hex of the group id, document)`` pairs; one that does not parse
-    is set aside by its id (from its key), so it damages no other group."""
+    """Stored groups from ``(object name, document)`` pairs (the name: the group id in hex,
+    or a digest of it); one that does not parse is set aside by its id (or its name, when
+    that does not spell one), so it damages no other group."""
     loaded = LoadedGroups()
-    for hex_id, raw in documents:
-        try:
-            group_id = bytes.fromhex(hex_id).decode()
-        except ValueError:
-            group_id = hex_id
+    for name, raw in documents:
+        spelled = id_of_object_name(name)
+        group_id = name if spelled is None else spelled
         try:
             group = StoredGroup.from_json(raw)
-            if group.group_id != group_id:
+            if spelled is not None and group.group_id != spelled:
                 raise ValueError(f"it names group {group.group_id!r}")
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # json.JSONDecodeError is a ValueError
             loaded.damaged[group_id] = f"{type(exc).__name__}: {exc}"
@@ -106,14 +105,24 @@ class GroupStore:
         self._prefix = f"{namespace}/{META_PREFIX}/groups/"
 
     def _key(self, group_id: str) -> str:
-        return self._prefix + group_id.encode().hex() + ".json"
+        return self._prefix + id_object_name(group_id) + ".json"
 
     async def load_all(self) -> LoadedGroups:
+        """Every stored group; one an earlier version named by a hex key too long for some
+        stores is moved to its digest name on the way."""
         documents = []
+        listed = set()
         for info in await self._store.list(self._prefix):
             if info.key.endswith(".json"):
+                listed.add(info.key)
                 documents.append((info.key[len(self._prefix):-len(".json")], await self._store.get(info.key)))
-        return parse_groups(documents)
+        loaded = parse_groups(documents)
+        for group in loaded.groups:
+            old = self._prefix + group.group_id.encode().hex() + ".json"
+            if old in listed and old != self._key(group.group_id):
+                await self.save(group)
+                await self._store.delete(old)
+        return loaded
 
     async def load_slot(self, slot: int, slots: int) -> LoadedGroups:
         loaded = await self.load_all()

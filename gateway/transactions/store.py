@@ -17,7 +17,7 @@ from typing import Protocol
 
 import trio
 
-from kafscale.protocol.layout import META_PREFIX
+from kafscale.protocol.layout import DIGEST_NAME_PREFIX, META_PREFIX, id_object_name, id_of_object_name
 from kafscale.protocol.transactions import Transaction
 from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound
 
@@ -66,9 +66,9 @@ class EmbeddedTransactions:
         self._prefix = f"{namespace}/{META_PREFIX}/transactions/"
 
     def _key(self, transactional_id: str) -> str:
-        return f"{self._prefix}{transactional_id.encode().hex()}.json"
+        return f"{self._prefix}{id_object_name(transactional_id)}.json"
 
-    def _decode(self, transactional_id: str, raw: bytes, key: str) -> Transaction:
+    def _decode(self, transactional_id: str | None, raw: bytes, key: str) -> Transaction:
         try:
             return Transaction.from_json(transactional_id, raw)
         except ValueError as exc:
@@ -98,14 +98,25 @@ class EmbeddedTransactions:
         await trio.sleep_forever()
 
     async def list(self) -> list[StoredTransaction]:
+        """Every stored transaction; one an earlier version named by a hex key too long for
+        some stores is moved to its digest name on the way."""
         found = []
         for info in await self._store.list(self._prefix):
             name = info.key[len(self._prefix):].removesuffix(".json")
-            try:
-                transactional_id = bytes.fromhex(name).decode()
-            except ValueError:
+            if id_of_object_name(name) is None and not name.startswith(DIGEST_NAME_PREFIX):
                 continue  # not one of ours
-            stored = await self.get(transactional_id)
-            if stored is not None:
-                found.append(stored)
+            try:
+                raw, version = await self._store.get_versioned(info.key)
+            except ObjectNotFound:
+                continue
+            transaction = self._decode(id_of_object_name(name), raw, info.key)
+            key = self._key(transaction.transactional_id)
+            if key != info.key:
+                try:
+                    version = await self._store.put_if_absent(key, raw)
+                except ObjectExists:  # moved already (a run stopped before the delete)
+                    raw, version = await self._store.get_versioned(key)
+                    transaction = self._decode(transaction.transactional_id, raw, key)
+                await self._store.delete(info.key)
+            found.append(StoredTransaction(transaction, version))
         return found

@@ -251,3 +251,22 @@ async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock
     await reloaded.load()
     assert reloaded.committed("g")[("t", 0)].offset == 10
     assert store.writes == 2
+
+
+async def test_long_group_ids_are_named_by_digest_and_old_names_moved(tmp_path):
+    from kafscale.gateway.groups.store import StoredGroup
+    from kafscale.storage_backends import LocalBackend
+
+    files = GroupStore(AsyncStore(LocalBackend(tmp_path), 2), "ns")  # 255-byte names
+    await files.save(StoredGroup("g" * 1000, 3, "consumer", {("t", 0): CommittedOffset(42)}))
+    (loaded,) = (await files.load_all()).groups
+    assert loaded.group_id == "g" * 1000 and loaded.offsets[("t", 0)].offset == 42
+    # An earlier version named a 150-byte id in hex (S3 and memory took it): moved when loaded.
+    backend = MemoryBackend()
+    store = AsyncStore(backend, 2)
+    legacy = "ns/~meta/groups/" + ("h" * 150).encode().hex() + ".json"
+    await store.put(legacy, StoredGroup("h" * 150, 1, "consumer", {("t", 1): CommittedOffset(7)}).to_json())
+    groups = GroupStore(store, "ns")
+    (moved,) = (await groups.load_all()).groups
+    assert moved.offsets[("t", 1)].offset == 7 and await store.head(legacy) is None
+    assert [g.group_id for g in (await groups.load_all()).groups] == ["h" * 150]
