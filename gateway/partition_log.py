@@ -30,7 +30,14 @@ from kafscale.protocol.log_object import EntryBatches, LogEntry, read_entry
 from kafscale.protocol.log_view import ENTRY, SEGMENT, PartitionView, Piece, StoredSegment, pieces_from
 from kafscale.protocol.records import BatchHeader, restamp, salvage_batches
 from kafscale.protocol.response_fields import Buffer
-from kafscale.protocol.segment import SEGMENT_FOOTER_SIZE, SEGMENT_HEADER_SIZE, Segment, read_segment, segment_body_end
+from kafscale.protocol.segment import (
+    SEGMENT_FOOTER_SIZE,
+    SEGMENT_HEADER_SIZE,
+    Segment,
+    read_segment,
+    segment_body_end,
+    segment_has_gaps,
+)
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from . import stored_log
@@ -440,7 +447,8 @@ class PartitionLog:
                  exc: SegmentFormatError) -> EntryBatches:
         """A piece that fails its checks: its intact batches are served, the damaged offsets
         are reported (consumers get CORRUPT_MESSAGE there, operators the damage report)."""
-        batches, damaged = salvage_batches(data, start, end, piece.base_offset, piece.last_offset)
+        gaps = piece.entry is None and segment_has_gaps(data)  # a cleaned segment: walked batch by batch
+        batches, damaged = salvage_batches(data, start, end, piece.base_offset, piece.last_offset, gaps=gaps)
         ranges = ", ".join(f"{low}-{high}" for low, high in damaged)
         self.damage.record(key if piece.entry is None else f"{key}#{piece.entry.position}",
                            f"{self.topic}-{self.partition} offsets {ranges or 'none'} unreadable ({exc})")

@@ -9,7 +9,13 @@ from kafscale.protocol import stored_log as reads
 from kafscale.protocol.layout import segment_key, segment_partition
 from kafscale.protocol.log_view import StoredSegment
 from kafscale.protocol.records import BatchHeader, salvage_batches
-from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, SegmentBuilder, segment_body_end
+from kafscale.protocol.segment import (
+    SEGMENT_HEADER_SIZE,
+    SegmentBuilder,
+    parse_segment_header,
+    segment_body_end,
+    segment_has_gaps,
+)
 from kafscale.protocol.stored_log import SegmentListing
 from kafscale.storage_backends import ObjectExists, ObjectNotFound
 
@@ -39,10 +45,19 @@ async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: Da
             data = await store.get(key)
         except ObjectNotFound:
             continue
-        batches, _ = salvage_batches(data, SEGMENT_HEADER_SIZE, segment_body_end(data), base, _NO_LAST)
+        cleaned = segment_has_gaps(data)
+        first = parse_segment_header(data).base_offset if cleaned else base
+        # A cleaned segment's batches leave gaps by design: walked batch by batch, not by offset.
+        batches, damaged = salvage_batches(data, SEGMENT_HEADER_SIZE, segment_body_end(data), first, _NO_LAST,
+                                           gaps=cleaned)
+        damaged_starts = [start for start, _ in damaged]
         runs: list[list[BatchHeader]] = []
         for batch in batches:
-            if runs and runs[-1][-1].last_offset + 1 == batch.base_offset:
+            follows = bool(runs) and runs[-1][-1].last_offset + 1 == batch.base_offset
+            # Across a gap cleaning left (no damaged range in it), one run goes on.
+            over_gap = cleaned and bool(runs) and not any(runs[-1][-1].last_offset < start < batch.base_offset
+                                                    for start in damaged_starts)
+            if follows or over_gap:
                 runs[-1].append(batch)
             else:
                 runs.append([batch])
@@ -51,16 +66,19 @@ async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: Da
         await store.put(key + ".torn", data)
         await store.delete(key)
         namespace, topic, partition = segment_partition(key) or ("", "", 0)
-        for run in runs:
-            builder = SegmentBuilder(run[0].base_offset)
+        for index, run in enumerate(runs):
+            # The first run keeps the segment's base: offsets before its first batch were cleaned.
+            run_base = first if index == 0 and cleaned else run[0].base_offset
+            builder = SegmentBuilder(run_base)
             for batch in run:
+                builder.skip_to(batch.base_offset)
                 builder.append(memoryview(data)[batch.position:batch.position + batch.size],
                                [batch.at(position=0)])
             sealed = builder.seal(int(time.time() * 1000))
-            run_key = segment_key(namespace, topic, partition, run[0].base_offset)
+            run_key = segment_key(namespace, topic, partition, run_base)
             try:
                 await store.put_if_absent(run_key, bytes(sealed))
             except ObjectExists:
                 continue  # an earlier repair wrote it
-            repaired.append(StoredSegment(run[0].base_offset, run_key, len(sealed), run[-1].last_offset))
+            repaired.append(StoredSegment(run_base, run_key, len(sealed), run[-1].last_offset))
     return repaired

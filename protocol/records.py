@@ -203,13 +203,14 @@ def _translated(native: Callable[..., Any], *args: Any) -> Any:
 
 
 def salvage_batches(data: bytes | memoryview, start: int, end: int, first_offset: int,
-                    last_offset: int) -> tuple[list[BatchHeader], list[tuple[int, int]]]:
+                    last_offset: int, *, gaps: bool = False) -> tuple[list[BatchHeader], list[tuple[int, int]]]:
     """The intact batches of a damaged stretch ``data[start:end]`` that should hold offsets
     ``first_offset..last_offset``, and the offset ranges that cannot be served.
 
     A batch whose CRC fails, but whose header is in place (its base offset the one expected,
-    its length within the stretch), is one damaged range and the walk goes on after it;
-    anything else ends the walk, and everything from there to ``last_offset`` is damaged.
+    or with ``gaps`` — a cleaned stretch — any later one; its length within the stretch), is
+    one damaged range and the walk goes on after it; anything else ends the walk, and
+    everything from there to ``last_offset`` is damaged.
     """
     view = memoryview(data)[:end]
     intact: list[BatchHeader] = []
@@ -220,7 +221,8 @@ def salvage_batches(data: bytes | memoryview, start: int, end: int, first_offset
             header = parse_batch_header(view, pos)
         except CorruptBatch:
             break
-        if header.base_offset != expected or header.last_offset > last_offset:
+        if header.base_offset < expected or (header.base_offset > expected and not gaps) \
+                or header.last_offset > last_offset:
             break
         if crc32c(view[pos + _CRC_START : pos + header.size]) == header.crc:
             intact.append(header)

@@ -45,6 +45,7 @@ __all__ = [
     "Segment",
     "segment_body_end",
     "parse_segment_header",
+    "segment_has_gaps",
     "parse_segment_footer",
     "read_segment",
     "segment_last",
@@ -107,6 +108,15 @@ def parse_segment_header(data: bytes | memoryview) -> SegmentHeader:
     if flags & ~_KNOWN_FLAGS:
         raise SegmentFormatError(f"unknown segment flags {flags:#06x}")
     return SegmentHeader(base_offset, record_count, created_ms, batch_count, version, flags)
+
+
+def segment_has_gaps(data: bytes | memoryview) -> bool:
+    """Whether a (possibly torn) segment says it was cleaned; False if its header is unreadable,
+    so a walk of its batches never takes an offset jump for a cleaned gap it cannot vouch for."""
+    try:
+        return bool(parse_segment_header(data).flags & GAPS)
+    except SegmentFormatError:
+        return False
 
 
 def parse_segment_footer(data: bytes | memoryview) -> SegmentFooter:

@@ -210,3 +210,48 @@ async def test_one_damaged_group_file_isolates_that_group_only(nursery, tmp_path
     assert running.context.metrics.registry.get_sample_value("kafscale_damaged_groups") == 3
     ok, reason = await readiness(running.context)
     assert ok and "3 group(s) not served" in reason
+
+
+async def test_a_truncated_cleaned_segment_keeps_its_intact_batches_across_gaps(nursery, tmp_path):
+    """Issue 38 item 15: the repair walked offsets and stopped at the first gap, and a cleaned
+    segment is full of gaps: every key's newest value after the first gap vanished, silently."""
+    running, shutdown = await _start(nursery, storage=f"file://{tmp_path}", fsync=False, linger_ms=0)
+    client = await Client.connect(running.port)
+    body = await client.call(19, 5, build(request_class(19, 5), dict(topics=[dict(
+        name="c", num_partitions=1, replication_factor=1, assignments=[],
+        configs=[dict(name="cleanup.policy", value="compact"), dict(name="min.cleanable.dirty.ratio", value="0.01")])],
+        timeout_ms=5000, validate_only=False)))
+    assert body.topics[0].error_code == ErrorCode.none
+    # 20 keys written 5 times each: cleaning keeps each key's newest, gaps everywhere before.
+    for round_ in range(5):
+        batch = build_batch([(b"k%02d" % i, b"v%d-%02d" % (round_, i)) for i in range(20)])
+        answer = await client.call(0, 9, _produce("c", batch), correlation_id=round_)
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    for i in range(6):  # more batches of new keys, in the same segment after the cleaned part
+        batch = build_batch([(b"n%02d" % i, b"new-%02d" % i)])
+        await client.call(0, 9, _produce("c", batch), correlation_id=10 + i)
+    logs = running.context.logs
+    await logs.compactor.pass_once(everything=True)
+    await logs.cleaner.pass_once(everything=True)
+    await logs.compactor.pass_once(everything=True)
+    shutdown.set()
+    with trio.fail_after(10):
+        while running.context.ready:
+            await trio.sleep(0.01)
+    segments = _files(tmp_path, ".kfs")
+    cleaned = [s for s in segments if b"v4-00" in s.read_bytes()]
+    assert len(cleaned) == 1, segments
+    raw = cleaned[0].read_bytes()
+    assert b"v0-00" not in raw  # cleaned: the gaps are there
+    cleaned[0].write_bytes(raw[:raw.index(b"new-05")])  # the last batch cut in two, footer gone
+    running, _ = await _start(nursery, storage=f"file://{tmp_path}", fsync=False)
+    client = await Client.connect(running.port)
+    partition_log = await running.context.logs.get("c", 0)
+    high = partition_log.high_watermark
+    values, errors = await _read_all(client, "c", high)
+    # Every newest value before the cut is served; the cut batch is served from the newest
+    # log object, where it still is, or answers CORRUPT_MESSAGE: never skipped silently.
+    assert [v for v in values if v.startswith(b"v")] == [b"v4-%02d" % i for i in range(20)]
+    news = [v for v in values if v.startswith(b"new")]
+    assert news == [b"new-%02d" % i for i in range(5 + (not errors))]
+    assert set(errors.values()) <= {ErrorCode.corrupt_message} and len(errors) <= 1
