@@ -72,6 +72,7 @@ class CleanerStats:
     bytes_removed: int = 0
     records_removed: int = 0
     keys_mapped: int = 0
+    stalled_passes: int = 0  # passes whose key map could not take the first dirty record's key
     segments_rewritten: int = 0
     seconds: float = 0.0
     worst_dirty_ratio: float = 0.0
@@ -182,6 +183,11 @@ async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolic
             work.mapped_end = piece.last_offset + 1
         else:
             work.mapped_end = max(work.mapped_end, mapped_to)
+            if mapped_to <= first_dirty:  # not one key fits: no pass can advance
+                stats.stalled_passes += 1
+                log.warning("%s-%d: the cleaner's key map (%d keys) cannot hold one more key at offset %d: "
+                            "raise cleaner_dedupe_buffer_bytes", partition_log.topic, partition_log.partition,
+                            len(work.keys), mapped_to)
             break  # the key map is full: the next pass goes on from here
     return work
 
@@ -193,8 +199,9 @@ def _map_segment(keys: KeyMap, loaded: Segment | EntryBatches, first_dirty: int,
     for batch in loaded.batches:
         if batch.last_offset < first_dirty or batch in aborted:
             continue
-        if not keys.add_batch(loaded.data, batch):
-            return batch.base_offset
+        stopped = keys.add_batch(loaded.data, batch, first_dirty)
+        if stopped is not None:
+            return stopped
     return None
 
 

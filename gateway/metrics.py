@@ -116,6 +116,8 @@ class Metrics:
             ("kafscale_cleaner_segments_rewritten", "Segments rewritten by the cleaner (total)",
              lambda: cleaned.segments_rewritten),
             ("kafscale_cleaner_keys_mapped", "Most keys one pass held in its key map", lambda: cleaned.keys_mapped),
+            ("kafscale_cleaner_stalled_passes", "Passes that could not advance: the key map took no key (total)",
+             lambda: cleaned.stalled_passes),
             ("kafscale_cleaner_dirty_bytes", "Segment bytes of compacted partitions not cleaned yet",
              lambda: cleaned.dirty_bytes),
             ("kafscale_cleaner_max_dirty_ratio", "Worst dirty ratio of a compacted partition at the last check",

@@ -160,18 +160,20 @@ class KeyMap:
     def __len__(self) -> int:
         return len(self._table)
 
-    def add_batch(self, data: bytes | memoryview, header: BatchHeader) -> bool:
-        """Map the batch's keyed records; ``False`` (the batch not wholly mapped) once full.
+    def add_batch(self, data: bytes | memoryview, header: BatchHeader, start: int = 0) -> int | None:
+        """Map the batch's keyed records from offset ``start`` on: ``None`` once all are, else
+        the offset of the first record the full map could not take (a pass cleans up to
+        there, so a map smaller than one batch's keys still advances record by record).
         Control batches carry no user keys (and the caller skips aborted batches)."""
         if header.attributes & CONTROL_BIT:
-            return True
+            return None
         put = self._table.put
         for record in batch_records(data, header):
-            if record.key is None:
+            if record.key is None or record.offset < start:
                 continue
             if not put(key_digest(record.key), record.offset):
-                return False
-        return True
+                return record.offset
+        return None
 
     def superseded(self, key: bytes, offset: int) -> bool:
         return self._table.get(key_digest(key)) > offset

@@ -305,3 +305,26 @@ async def test_a_damaged_segment_is_never_rewritten_and_stops_the_pass_before_it
             for r in iter_records(records[h.position:h.position + h.size], h.at(position=0))] == [(1, b"2")]
     body = await client.call(1, 12, _fetch("dm", 2, 0))
     assert body.responses[0].partitions[0].error_code == ErrorCode.corrupt_message
+
+
+async def test_a_key_map_smaller_than_one_batch_still_advances(nursery):
+    """Issue 38 item 16: with the smallest dedupe buffer (64 KiB, ~1,536 keys) a batch of more
+    distinct keys was never got past: endless passes, nothing removed, no error."""
+    running, _ = await start_gateway(nursery, cleaner_dedupe_buffer_bytes=64 * 1024)
+    client = await Client.connect(running.port)
+    await create_topic(client, "wide", cleanup_policy="compact")
+    for round_ in range(2):  # 5,000 keys, twice: the first round is all superseded
+        await _produce(client, "wide", [Record(i, 0, b"key-%05d" % i, b"round-%d" % round_) for i in range(5000)])
+    await _produce(client, "wide", [Record(0, 0, b"last", b"x")])  # the log's last batch stays whole
+    logs = running.context.logs
+    await logs.compactor.pass_once(everything=True)
+    capacity = None
+    for _ in range(20):  # each pass maps as far as its map holds, and cleans up to there
+        await logs.cleaner.pass_once(everything=True)
+        capacity = logs.cleaner.stats.keys_mapped
+        if len(await _read_all(client, "wide")) == 5001:
+            break
+    history = await _read_all(client, "wide")
+    assert [value for _, _, value in history[:-1]] == [b"round-1"] * 5000  # every key's newest only
+    assert capacity is not None and capacity < 5000  # several passes did it, none of them stalled
+    assert logs.cleaner.stats.stalled_passes == 0 and logs.cleaner.stats.errors == 0
