@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.errors import KafkaError
 from kafscale.protocol.layout import transaction_state_key
@@ -42,7 +44,12 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
         # offsets answer CORRUPT_MESSAGE.
         damage.record(partition_log.prefix, f"offsets {list(view.holes)} are in no readable piece")
     partition_log.apply_view(view, ProducerStates())
-    transactions, version = await _stored_transactions(partition_log)
+    transactions, version, readable = await _stored_transactions(partition_log)
+    if not readable:
+        # Kafka's transaction index is derived data, rebuilt from every batch on recovery: the
+        # newest batches alone would forget older aborted transactions, and read_committed
+        # consumers would be served their records as committed.
+        transactions = await _transactions_from_whole_log(partition_log)
     stored = (dict(transactions.open), len(transactions.aborted))
     partition_log.restore_producers(await _replay_newest(partition_log, transactions))
     partition_log.transactions.restore(transactions, version,
@@ -57,19 +64,49 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
                     partition_log.prefix, exc)
 
 
-async def _stored_transactions(partition_log: PartitionLog) -> tuple[PartitionTransactions, str | None]:
-    """The partition's stored transaction state and its version (none stored: empty)."""
+async def _stored_transactions(partition_log: PartitionLog) -> tuple[PartitionTransactions, str | None, bool]:
+    """The partition's stored transaction state, its version (none stored: empty), and
+    whether it was readable."""
     key = transaction_state_key(partition_log.settings.namespace, partition_log.topic, partition_log.partition)
     try:
         raw, version = await partition_log.store.get_versioned(key)
     except ObjectNotFound:
-        return PartitionTransactions(), None
+        return PartitionTransactions(), None, True
     try:
-        return PartitionTransactions.decode(raw), version
+        return PartitionTransactions.decode(raw), version, True
     except ValueError as exc:
-        # Rebuilt from the newest batches alone; the owner's next write replaces it.
-        partition_log.damage.record(key, f"unreadable transaction state ({exc})")
-        return PartitionTransactions(), version
+        # Rebuilt from the whole log; the owner's next write replaces it.
+        partition_log.damage.record(key, f"unreadable transaction state ({exc}); rebuilt from the whole log")
+        return PartitionTransactions(), version, False
+
+
+async def _transactions_from_whole_log(partition_log: PartitionLog) -> PartitionTransactions:
+    """The transaction state of every batch from the log start: open transactions and the
+    spans of aborted ones, as the stored state would have them."""
+    rebuilt = PartitionTransactions(end=partition_log.log_start_offset)
+    recorded_until = partition_log.log_start_offset  # pieces may overlap (compacted, not yet deleted)
+    for piece in list(partition_log.pieces):
+        if piece.last_offset < recorded_until:
+            continue
+        try:
+            loaded = await partition_log.load_piece(piece, keep=False)
+        except KafkaError as exc:  # damaged: its offsets answer CORRUPT_MESSAGE, whatever they held
+            log.warning("rebuilding the transactions of %s: %s unreadable: %s", partition_log.prefix, piece.key, exc)
+            continue
+        for header in loaded.batches:
+            if header.last_offset < recorded_until:
+                continue
+            recorded_until = header.last_offset + 1
+            if header.is_transactional:
+                try:
+                    rebuilt.appended(header, loaded.batch_bytes(header))
+                except ValueError as exc:  # a control batch that is no marker: nothing it ends
+                    partition_log.damage.record(piece.key, f"offset {header.base_offset}: {exc}")
+        await trio.lowlevel.checkpoint()
+    rebuilt.end = max(rebuilt.end, recorded_until)
+    log.warning("%s: transaction state rebuilt from the whole log (%d aborted transactions, %d open)",
+                partition_log.prefix, len(rebuilt.aborted), len(rebuilt.open))
+    return rebuilt
 
 
 async def _replay_newest(partition_log: PartitionLog, transactions: PartitionTransactions) -> ProducerStates:

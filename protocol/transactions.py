@@ -326,7 +326,9 @@ class PartitionTransactions:
         if header.is_control:
             if data is None:
                 raise ValueError("a marker's batch is needed to know whether it commits")
-            self.marker_appended(header.producer_id, header.last_offset, read_marker(data, header).commit)
+            # ``data`` is the batch alone: its header's position is where it was, not 0.
+            marker = read_marker(data, header.at(position=0))
+            self.marker_appended(header.producer_id, header.last_offset, marker.commit)
             return False
         if header.producer_id in self.open:
             return False

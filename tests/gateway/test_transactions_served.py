@@ -407,3 +407,37 @@ async def test_a_read_committed_long_poll_wakes_when_the_transaction_commits(nur
         assert not answered  # held at the last stable offset: nothing to return yet
         assert await _end(client, "app", producer, commit=True) == ErrorCode.none
     assert answered["after"] < 3 and answered["part"].last_stable_offset == 2 and answered["part"].records
+
+
+async def test_a_damaged_transaction_state_is_rebuilt_from_the_whole_log(nursery, tmp_path):
+    """Issue 38 item 2: an unreadable transactions.json was replaced by the state of the newest
+    producer_scan_bytes of the log alone, and an older aborted transaction's records were
+    served to read_committed consumers as committed."""
+    from tests.support.kafka_reading import read_to_end
+
+    settings = dict(storage=f"file://{tmp_path}", fsync=False, producer_scan_bytes=4096, linger_ms=0)
+    running, shutdown = await start_gateway(nursery, **settings)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+    producer = await _init(client, "app")
+    await _add(client, "app", producer, {"t": [0]})
+    aborted = [b"aborted-%d" % i for i in range(10)]
+    assert (await _produce(client, "t", _txn_batch(producer, aborted), "app")).error_code == ErrorCode.none
+    assert await _end(client, "app", producer, commit=False) == ErrorCode.none
+    for i in range(40):  # far past the scan window: 40 flushes of ~1 KiB
+        answer = await _produce(client, "t", build_batch([(None, b"plain-%02d-" % i + b"x" * 1000)]), None)
+        assert answer.error_code == ErrorCode.none
+    await running.context.logs.compactor.pass_once(everything=True)
+    shutdown.set()
+    with trio.fail_after(10):
+        while running.context.ready:
+            await trio.sleep(0.01)
+    (state,) = list(tmp_path.rglob("transactions.json"))
+    state.write_bytes(b'{"version": 1, "open": [')  # torn
+    running, _ = await start_gateway(nursery, **settings)
+    answer = await _fetch(await Client.connect(running.port), "t", 1)
+    assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 0)]
+    bootstrap = f"127.0.0.1:{running.port}"
+    values = [m.value() for m in await trio.to_thread.run_sync(read_to_end, bootstrap, "t", 1)]
+    assert len(values) == 40 and not any(v.startswith(b"aborted") for v in values)
+    assert any(key.endswith("transactions.json") for key in running.context.logs.damage.found)
