@@ -172,17 +172,27 @@ class EtcdGroupStore:
 
 
 class EtcdTransactions:
-    """One etcd key per transactional id; every write compares the key's mod revision."""
+    """One etcd key per transactional id; every write compares the key's mod revision.
+
+    While :meth:`watch_prepared` runs, every stored transaction is mirrored from its watch,
+    so the periodic sweep lists them without reading etcd (it read every id's key each
+    sweep: etcd load growing with ids x gateways, at rest). Decisions never rest on the
+    mirror alone: each change reads its id's key and compares its revision."""
 
     def __init__(self, etcd: EtcdClient, root: str) -> None:
         self._etcd = etcd
         self._prefix = root + "transactions/"
+        self._mirror: dict[str, StoredTransaction] = {}
+        self._mirrored = False  # the mirror follows the watch (else list() reads etcd)
 
     def _key(self, transactional_id: str) -> str:
         return self._prefix + transactional_id.encode().hex()
 
+    def _id(self, key: str) -> str:
+        return bytes.fromhex(key[len(self._prefix):]).decode()
+
     def _stored(self, kv: KeyValue) -> StoredTransaction:
-        transactional_id = bytes.fromhex(kv.key[len(self._prefix):]).decode()
+        transactional_id = self._id(kv.key)
         try:
             transaction = Transaction.from_json(transactional_id, kv.value)
         except ValueError as exc:
@@ -203,22 +213,42 @@ class EtcdTransactions:
         return None
 
     async def list(self) -> list[StoredTransaction]:
+        if self._mirrored:
+            return list(self._mirror.values())
         return [self._stored(kv) for kv in await self._etcd.get_prefix(self._prefix)]
+
+    def _follow(self, kv: KeyValue, deleted: bool) -> StoredTransaction | None:
+        """Apply one stored change to the mirror; the transaction it stores, if readable."""
+        try:
+            transactional_id = self._id(kv.key)
+        except ValueError:
+            return None  # not one of ours
+        if deleted:
+            self._mirror.pop(transactional_id, None)
+            return None
+        try:
+            stored = self._stored(kv)
+        except TransactionsUnreadable as exc:
+            log.error("unreadable transaction in etcd (left alone): %s", exc)
+            self._mirror.pop(transactional_id, None)
+            return None
+        self._mirror[transactional_id] = stored
+        return stored
 
     async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
         while True:
             try:
-                _, revision = await self._etcd.range_prefix(self._prefix)
+                kvs, revision = await self._etcd.range_prefix(self._prefix)
+                self._mirror = {}
+                for kv in kvs:
+                    self._follow(kv, deleted=False)
+                self._mirrored = True
                 async for events in self._etcd.watch_prefix(self._prefix, revision + 1):
                     for event in events:
-                        if event.deleted:
-                            continue
-                        try:
-                            stored = self._stored(event.kv)
-                        except (TransactionsUnreadable, ValueError):
-                            continue  # the sweep reports it
-                        if stored.transaction.state.preparing:
+                        stored = self._follow(event.kv, event.deleted)
+                        if stored is not None and stored.transaction.state.preparing:
                             prepared(stored.transaction.transactional_id)
             except EtcdError as exc:  # also a broken stream: read again and re-watch
+                self._mirrored = False
                 log.info("watch of transactions broke (%s); watching again", exc)
                 await trio.sleep(_REWATCH_S)
