@@ -299,6 +299,10 @@ class GroupsConfig:
     transaction_max_timeout_ms: int = _opt(
         900_000, "longest transaction.timeout.ms a transactional producer may ask for (Kafka's "
         "transaction.max.timeout.ms)", minimum=1)
+    transactional_id_expiration_ms: int = _opt(
+        7 * 24 * 3600 * 1000, "a transactional id with no transaction in flight, unused this long, is deleted "
+        "(Kafka's transactional.id.expiration.ms); each id keeps one small document in the store (etcd in a "
+        "cluster) until then", minimum=1)
     transaction_check_interval_ms: int = _opt(
         1000, "how often transactions past their timeout are aborted, and (in a cluster) this gateway's "
         "markers of transactions other gateways prepared are written", minimum=10)

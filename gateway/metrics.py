@@ -150,6 +150,8 @@ class Metrics:
              lambda: stats.aborted),
             ("kafscale_transactions_timed_out", "Transactions this gateway aborted at their timeout (total)",
              lambda: stats.timed_out),
+            ("kafscale_transactional_ids_expired", "Transactional ids deleted after transactional_id_expiration_ms "
+             "unused (total)", lambda: stats.ids_expired),
             ("kafscale_transaction_store_writes", "Transaction states written to the metadata store (total)",
              lambda: stats.store_writes),
             ("kafscale_transaction_markers_written", "Transaction markers this gateway appended (total)",

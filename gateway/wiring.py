@@ -245,7 +245,8 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
     markers = GatewayMarkers(logs, groups, config.network.node_id)
     transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id, markers,
                                           lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
-                                          failures=failures, shared=Mode.of(config) is Mode.CLUSTER)
+                                          failures=failures, shared=Mode.of(config) is Mode.CLUSTER,
+                                          id_expiration_ms=config.groups.transactional_id_expiration_ms)
     try:
         access = Access(config, security, metrics)
     except (OSError, ValueError) as exc:

@@ -26,7 +26,7 @@ from kafscale.protocol.transactions import Transaction
 from ..groups.store import LoadedGroups, StoredGroup, parse_groups, slot_of
 from ..metadata import TopicInfo
 from ..transactions.store import ABSENT, StoredTransaction, TransactionChanged, TransactionsUnreadable
-from .etcd import Compare, EtcdClient, EtcdError, KeyValue, put_op, range_op
+from .etcd import Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op, range_op
 
 __all__ = ["EtcdMetadata", "EtcdGroupStore", "EtcdTransactions", "cluster_root"]
 
@@ -211,6 +211,13 @@ class EtcdTransactions:
         if not done:
             raise TransactionChanged(transaction.transactional_id)
         return None
+
+    async def delete(self, transactional_id: str, expected_version: str | None) -> None:
+        key = self._key(transactional_id)
+        guards = [] if expected_version is None else [Compare(key, "MOD", int(expected_version))]
+        done, _ = await self._etcd.txn(guards, [delete_op(key)])
+        if not done:
+            raise TransactionChanged(transactional_id)
 
     async def list(self) -> list[StoredTransaction]:
         if self._mirrored:

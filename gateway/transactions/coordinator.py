@@ -34,6 +34,8 @@ __all__ = ["MarkerWriter", "TransactionCoordinator", "TransactionStats", "MAX_TI
 log = logging.getLogger("kafscale.transactions")
 
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
+ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
+_IDLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 _ATTEMPTS = 5
 _FINISH_WAIT_S = 5.0
 
@@ -61,12 +63,14 @@ class TransactionStats:
     committed: int = 0  # transactions this gateway completed, by outcome
     aborted: int = 0
     timed_out: int = 0  # aborted by this gateway at their timeout
+    ids_expired: int = 0  # transactional ids deleted after transactional_id_expiration_ms unused
 
 
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
-                 failures: MaintenanceFailures, shared: bool = True) -> None:
+                 failures: MaintenanceFailures, shared: bool = True,
+                 id_expiration_ms: int = ID_EXPIRATION_MS) -> None:
         """``shared``: other gateways coordinate transactions in the same store, so every
         decision reads the store; alone, this coordinator is the only writer of its store:
         it keeps each id's state as it last wrote or read it and reads the store only for
@@ -78,6 +82,7 @@ class TransactionCoordinator:
         self._markers = markers
         self._clock_ms = clock_ms
         self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms
         self._shared = shared
         self._known: dict[str, StoredTransaction] = {}  # alone: each id's state and version, as last seen
         # One change of an id at a time here: what _known holds is always the latest change's.
@@ -286,7 +291,8 @@ class TransactionCoordinator:
         dead or remote coordinator left), and abort the transactions it coordinates that are
         past their timeout."""
         now = self._clock_ms()
-        unfinished = await self.unfinished()
+        known = await self._all_known()
+        unfinished = [t for t in known if t.state == TxnState.ONGOING or t.state.preparing]
         for transaction in unfinished:
             with self._failures.guard("transaction sweep", repr(transaction.transactional_id)):
                 try:
@@ -299,6 +305,30 @@ class TransactionCoordinator:
         # A transaction still open in a partition twice the longest timeout after it was seen
         # there, with no unfinished transaction of its producer: its end was lost.
         await self._markers.abort_orphans({t.producer_id for t in unfinished}, 2 * self.max_timeout_ms / 1000)
+        for transaction in known:
+            if self._id_expired(transaction, now) and self._markers.coordinates(transaction.transactional_id):
+                with self._failures.guard("transaction sweep", repr(transaction.transactional_id)):
+                    await self._expire_id(transaction.transactional_id, now)
+
+    def _id_expired(self, transaction: Transaction, now: int) -> bool:
+        """Kafka's transactional.id.expiration.ms: an id with no transaction in flight, not
+        used for that long (a state never stamped with its update time is kept)."""
+        return (transaction.state in _IDLE and transaction.updated_ms >= 0
+                and now - transaction.updated_ms >= self.id_expiration_ms)
+
+    async def _expire_id(self, transactional_id: str, now: int) -> None:
+        async with self._changing.setdefault(transactional_id, trio.Lock()):
+            stored = await self._read(transactional_id)
+            if stored is None or not self._id_expired(stored.transaction, now):
+                return
+            try:
+                await self._store.delete(transactional_id, stored.version)
+            except TransactionChanged:
+                return  # used again meanwhile
+            finally:
+                self._known.pop(transactional_id, None)
+            self.stats.ids_expired += 1
+            log.info("transactional id %r expired: unused for %d ms", transactional_id, now - stored.transaction.updated_ms)
 
     async def _abort_expired(self, transactional_id: str, now: int) -> None:
         """Abort an ONGOING transaction past its timeout (also one that never wrote a batch),
@@ -322,10 +352,13 @@ class TransactionCoordinator:
     async def all(self) -> list[Transaction]:
         return [stored.transaction for stored in await self._store.list()]
 
+    async def _all_known(self) -> list[Transaction]:
+        """Every id's transaction (alone: known without reading the store)."""
+        return await self.all() if self._shared else [s.transaction for s in self._known.values()]
+
     async def unfinished(self) -> list[Transaction]:
-        """The transactions ongoing or prepared (alone: known without reading the store)."""
-        known = await self.all() if self._shared else [s.transaction for s in self._known.values()]
-        return [t for t in known if t.state == TxnState.ONGOING or t.state.preparing]
+        """The transactions ongoing or prepared."""
+        return [t for t in await self._all_known() if t.state == TxnState.ONGOING or t.state.preparing]
 
     async def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions whose offsets in ``group_id`` wait for a transaction to finish."""

@@ -52,6 +52,10 @@ class TransactionStore(Protocol):
         the next change reads it)."""
         ...
     async def list(self) -> list[StoredTransaction]: ...
+    async def delete(self, transactional_id: str, expected_version: str | None) -> None:
+        """Delete the id's state if its stored version is still ``expected_version`` (``None``:
+        not known, deleted as it is), else raise :class:`TransactionChanged`."""
+        ...
     async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
         """Run until cancelled, calling ``prepared`` with each transactional id another
         gateway moves to PREPARE_* (so this one writes its markers at once)."""
@@ -92,6 +96,10 @@ class EmbeddedTransactions:
         except (ObjectExists, ObjectChanged) as exc:
             raise TransactionChanged(transaction.transactional_id) from exc
         return version or None
+
+    async def delete(self, transactional_id: str, expected_version: str | None) -> None:
+        """Alone, the coordinator is the only writer and holds the id's lock: a plain delete."""
+        await self._store.delete(self._key(transactional_id))
 
     async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
         """Alone, every transaction is prepared by this gateway, which finishes it itself."""

@@ -162,3 +162,23 @@ async def test_the_next_transaction_finishes_the_previous_one_instead_of_being_s
     nxt = await coordinator.add_partitions("tx", 100, 0, [("t", 1)])  # not CONCURRENT_TRANSACTIONS
     assert nxt.state == TxnState.ONGOING and nxt.partitions == {("t", 1)}
     assert markers.written == [("tx", False, frozenset({("t", 0)}))]
+
+
+async def test_an_id_unused_for_its_expiration_is_deleted_and_one_in_flight_kept(parts):
+    coordinator, markers, clock, store = parts
+    await coordinator.init_producer_id("done", 60_000)
+    await coordinator.add_partitions("done", 100, 0, [("t", 0)])
+    await coordinator.end("done", 100, 0, commit=True)
+    await coordinator.init_producer_id("idle", 60_000)
+    busy = await coordinator.init_producer_id("busy", 60_000)
+    clock[0] += coordinator.id_expiration_ms - 1
+    await coordinator.sweep()
+    assert {s.transaction.transactional_id for s in await store.list()} == {"done", "idle", "busy"}
+    await coordinator.add_partitions("busy", busy.producer_id, 0, [("t", 1)])  # in flight now
+    clock[0] += 1
+    await coordinator.sweep()
+    assert {s.transaction.transactional_id for s in await store.list()} == {"busy"}
+    assert coordinator.stats.ids_expired == 2
+    # A new producer of an expired id starts over, under a new producer id.
+    again = await coordinator.init_producer_id("idle", 60_000)
+    assert again.producer_epoch == 0 and again.producer_id not in (100, 101, 102)

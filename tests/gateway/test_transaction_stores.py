@@ -75,3 +75,16 @@ async def test_a_long_id_stored_by_an_earlier_version_is_moved_to_its_digest_nam
     read = await transactions.get("c" * 150)
     assert read is not None and read.transaction == old and read.version == listed.version
     await transactions.put(old.reinitialized(60_000, 10), read.version)  # its version is the new key's
+
+
+async def test_a_delete_lands_only_on_the_version_read(transactions):
+    fresh = Transaction("gone", producer_id=1, producer_epoch=0, timeout_ms=60_000)
+    await transactions.put(fresh, ABSENT)
+    read = await transactions.get("gone")
+    if isinstance(transactions, EtcdTransactions):  # alone the coordinator is the only writer
+        await transactions.put(fresh.with_partitions(1, 0, [("t", 0)], now_ms=5), read.version)
+        with pytest.raises(TransactionChanged):
+            await transactions.delete("gone", read.version)
+        read = await transactions.get("gone")
+    await transactions.delete("gone", read.version)
+    assert await transactions.get("gone") is None
