@@ -321,6 +321,11 @@ class LfsConfig:
                               "deleted", minimum=1000)
     lfs_sweep_interval_ms: int = _opt(300_000, "how often orphaned and expired LFS objects are looked for",
                                       minimum=100)
+    lfs_min_upload_bytes_per_s: int = _opt(
+        1024, "slowest upload accepted through the gateway: one sending less in a 10 s window is ended (408); "
+        "the whole body must also arrive before its session expires", minimum=0)
+    lfs_max_uploads_per_principal: int = _opt(
+        16, "uploads one principal may send through the gateway at once; more are answered 429", minimum=1)
 
 
 @dataclass(frozen=True, slots=True)

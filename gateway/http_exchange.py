@@ -106,6 +106,8 @@ class HttpExchange:
             document = json.loads(bytes(data) or b"{}")
         except ValueError as exc:
             raise HttpError(400, f"the body is not JSON: {exc}") from None
+        except RecursionError:  # "[[[[...": deeper than Python's parser goes
+            raise HttpError(400, "the body is not JSON this endpoint takes: nested too deeply") from None
         if not isinstance(document, dict):
             raise HttpError(400, "the body is not a JSON object")
         return document

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import AsyncIterator
+
+from kafscale.storage_backends import InvalidKey, StorageError
 
 from .config import Listener
 from .context import GatewayContext
@@ -33,6 +36,8 @@ from .security.acl import Operation, ResourceType
 __all__ = ["serve_lfs"]
 
 _DOWNLOAD_CHUNK = 4 * 2**20
+# RFC 6838 type/subtype names, and parameters after ';' in printable ASCII.
+_CONTENT_TYPE = re.compile(r"(?=.{3,255}$)[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(;[ -~]*)?")
 
 
 async def _principal(ctx: GatewayContext, exchange: HttpExchange) -> str:
@@ -48,7 +53,11 @@ async def _principal(ctx: GatewayContext, exchange: HttpExchange) -> str:
         user, _, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
     except (binascii.Error, UnicodeDecodeError):
         user = password = ""
-    if scheme.lower() != "basic" or not user or not await ctx.access.verify_password(user, password):
+    if scheme.lower() != "basic" or not user or not await ctx.access.verify_password(user, password,
+                                                                                        exchange.peer.host):
+        if not any(listener.sasl for listener in ctx.config.network.kafka_listeners):
+            raise HttpError(401, "authentication failed: this gateway has no SASL listener, so clients are "
+                                 "anonymous and need no credentials; send none (or use a user it knows)")
         raise HttpError(401, "authentication failed: invalid user name or password")
     return f"User:{user}"
 
@@ -75,6 +84,10 @@ async def serve_lfs(ctx: GatewayContext, exchange: HttpExchange) -> None:
         await _serve(ctx, exchange)
     except LfsRefused as exc:
         raise HttpError(exc.status, str(exc)) from None
+    except InvalidKey as exc:  # a client's key with "." or ".." segments, empty ones...
+        raise HttpError(400, str(exc)) from None
+    except StorageError as exc:
+        raise HttpError(503, f"the object store is unavailable (retry): {exc}") from None
 
 
 async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
@@ -95,8 +108,10 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
         size = document.get("size")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
             raise HttpError(400, "size must be an int (or absent: a stream whose size is not known)")
-        upload, plan = await lfs.start(principal, topic, size,
-                                       _field(document, "content_type", str, "application/octet-stream"),
+        content_type = _field(document, "content_type", str, "application/octet-stream")
+        if not _CONTENT_TYPE.fullmatch(content_type):
+            raise HttpError(400, "content_type must be a media type (type/subtype, at most 255 characters)")
+        upload, plan = await lfs.start(principal, topic, size, content_type,
                                        _field(document, "checksum", str, "sha256"))
         await exchange.respond_json(201, {
             "id": upload.id, "bucket": upload.bucket, "key": upload.key, "size": upload.size,

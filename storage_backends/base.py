@@ -9,7 +9,7 @@ in-memory store), which it calls on its own thread. Keys are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +19,7 @@ __all__ = [
     "joined",
     "ObjectInfo",
     "ObjectStore",
+    "ObjectStream",
     "StorageError",
     "ObjectNotFound",
     "ObjectExists",
@@ -78,6 +79,19 @@ class ObjectInfo:
 
 
 @runtime_checkable
+class ObjectStream(Protocol):
+    """An object being written piece by piece (:meth:`ObjectStore.open_stream`); each call is
+    short, so no thread waits on whoever supplies the pieces."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None:
+        """The object, whole and durable when this returns."""
+
+    def abort(self) -> None:
+        """Discard what was written: nothing becomes visible."""
+
+
 class ObjectStore(Protocol):
     """A small object-store interface: whole-object writes, ranged reads, sorted listings."""
 
@@ -93,10 +107,10 @@ class ObjectStore(Protocol):
         """Create the object at ``key`` atomically; :class:`ObjectExists` if it exists.
         Returns its version (as :meth:`get_versioned` gives it; ``""`` if the store did not say)."""
 
-    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
-        """Write (or replace) the object at ``key`` from ``chunks`` as they come, holding a few
-        parts in memory at most (large objects: LFS uploads on the filesystem). Durable and
-        whole when this returns; nothing is visible if it fails."""
+    def open_stream(self, key: str) -> ObjectStream:
+        """A writer of (or over) the object at ``key`` fed in pieces as they come, holding a
+        few parts in memory at most (large objects: LFS uploads on the filesystem): nothing is
+        visible until :meth:`ObjectStream.close`, nor ever after :meth:`ObjectStream.abort`."""
 
     def get(self, key: str) -> bytes:
         """The whole object; :class:`ObjectNotFound` if missing."""

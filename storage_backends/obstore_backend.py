@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import obstore
@@ -62,11 +62,9 @@ class ObstoreBackend:
         self._made_durable(key)
         return result.get("e_tag") or ""
 
-    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
+    def open_stream(self, key: str) -> _Stream:
         # Multipart on S3, a staged file renamed into place on disk: a few parts in memory at once.
-        self._call(obstore.put, key, iter(chunks), use_multipart=True, chunk_size=_STREAM_PART,
-                   max_concurrency=2)
-        self._made_durable(key)
+        return _Stream(self, key, self._call(obstore.open_writer, key, buffer_size=_STREAM_PART, max_concurrency=2))
 
     def get(self, key: str) -> bytes:
         return bytes(self._call(obstore.get, key).bytes())
@@ -160,6 +158,35 @@ class ObstoreBackend:
 
     def _made_durable(self, key: str) -> None:
         """Hook for backends whose writes are not durable when the call returns."""
+
+
+class _Stream:
+    """obstore's writer: dropped unclosed, it discards its staged parts."""
+
+    def __init__(self, backend: ObstoreBackend, key: str, writer) -> None:
+        self._backend = backend
+        self._key = key
+        self._writer = writer
+
+    def _call(self, what: str, function, *args) -> None:
+        if self._writer is None:
+            raise StorageUnavailable(f"{what} {self._key}: the stream is closed")
+        try:
+            function(*args)
+        except (BaseError, OSError) as exc:
+            self._writer = None
+            raise StorageUnavailable(f"{what} {self._key}: {_reason(exc)}") from exc
+
+    def write(self, data: bytes) -> None:
+        self._call("write", self._writer.write, data)
+
+    def close(self) -> None:
+        self._call("close", self._writer.close)
+        self._writer = None
+        self._backend._made_durable(self._key)
+
+    def abort(self) -> None:
+        self._writer = None
 
 
 class LocalBackend(ObstoreBackend):

@@ -13,11 +13,11 @@ Both are blocking and run in worker threads.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from kafscale.storage_backends import ObjectStore, S3Options, StorageError, StorageUnavailable
+from kafscale.storage_backends import ObjectStore, ObjectStream, S3Options, StorageError, StorageUnavailable
 
 __all__ = ["LfsObjects", "PresignedObjects", "GatewayHeldObjects", "Part", "UploadPlan"]
 
@@ -52,7 +52,7 @@ class LfsObjects(Protocol):
     def size(self, bucket: str, key: str) -> int | None: ...
     def delete(self, bucket: str, key: str) -> None: ...
     def download_url(self, bucket: str, key: str, expires_s: int) -> str | None: ...
-    def write(self, bucket: str, key: str, chunks: Iterable[bytes]) -> None: ...
+    def open_stream(self, bucket: str, key: str) -> ObjectStream: ...
     def read(self, bucket: str, key: str, chunk: int) -> Iterator[bytes]: ...
 
 
@@ -153,7 +153,7 @@ class PresignedObjects:
         return self._client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key},
                                                    ExpiresIn=expires_s)
 
-    def write(self, bucket: str, key: str, chunks: Iterable[bytes]) -> None:
+    def open_stream(self, bucket: str, key: str) -> ObjectStream:
         raise StorageError("on S3, clients upload with pre-signed URLs, not through the gateway")
 
     def read(self, bucket: str, key: str, chunk: int) -> Iterator[bytes]:
@@ -205,9 +205,9 @@ class GatewayHeldObjects:
     def download_url(self, bucket: str, key: str, expires_s: int) -> str | None:
         return None
 
-    def write(self, bucket: str, key: str, chunks: Iterable[bytes]) -> None:
+    def open_stream(self, bucket: str, key: str) -> ObjectStream:
         self._check(bucket)
-        self._store.put_stream(key, chunks)
+        return self._store.open_stream(key)
 
     def read(self, bucket: str, key: str, chunk: int) -> Iterator[bytes]:
         self._check(bucket)

@@ -54,6 +54,8 @@ log = logging.getLogger("kafscale.lfs")
 
 _HEADS_IN_FLIGHT = 8
 _MAX_PARTS = 10_000  # S3's limit on the parts of one multipart upload
+_RATE_WINDOW_S = 10.0  # an upload's rate is judged over windows this long
+_UPLOAD_BLOCK = 2**20  # body bytes gathered before a worker hashes and writes them
 
 
 class LfsRefused(Exception):
@@ -133,6 +135,7 @@ class LfsService:
         # that produce requests wait on.
         self._threads = trio.CapacityLimiter(4)
         self._streams = trio.CapacityLimiter(8)
+        self._uploads_running: dict[str, int] = {}  # principal -> uploads it sends through the gateway now
 
     def _document(self, upload_id: str) -> str:
         return f"{self._prefix}{upload_id}.json"
@@ -197,54 +200,81 @@ class LfsService:
 
     async def receive(self, upload_id: str, principal: str, body: AsyncIterator[bytes]) -> Upload:
         """The gateway-held store: stream the request body into the object, computing size and
-        checksum as it passes; a body of another size is refused and nothing is kept."""
+        checksum as it passes; a body of another size is refused and nothing is kept.
+
+        No thread waits on the client: the body is read on the event loop, and each block
+        of it is handed to a worker only to hash and write it. A client that sends slower
+        than ``lfs_min_upload_bytes_per_s`` over a window, or past its session's expiry, is
+        ended; a principal has at most ``lfs_max_uploads_per_principal`` uploads at once."""
         upload = await self._open_session(upload_id, principal)
         if self.objects.presigned:
             raise LfsRefused(409, "this gateway's store takes uploads at the pre-signed URLs, not here")
-        checksum = new_checksum(upload.checksum_alg)
-        received = 0
-        limit = self._config.lfs_max_object_bytes if upload.size is None else upload.size
-        channel_send, channel_receive = trio.open_memory_channel[bytes | None](2)
-        token = trio.lowlevel.current_trio_token()
-
-        def chunks() -> Iterator[bytes]:
-            while True:
-                chunk = trio.from_thread.run(channel_receive.receive, trio_token=token)
-                if chunk is None:
-                    return
-                checksum.update(chunk)  # here, in the writer's thread: hashing a GiB is seconds of CPU
-                yield chunk
-
-        too_large = (LfsRefused(400, f"the body is larger than the announced {limit} bytes") if upload.size is not None
-                     else LfsRefused(413, f"the body is larger than lfs_max_object_bytes ({limit})"))
-
-        async def feed() -> None:
-            nonlocal received
-            async with channel_send:
-                async for chunk in body:
-                    received += len(chunk)
-                    if received > limit:
-                        raise too_large
-                    await channel_send.send(chunk)
-                if upload.size is not None and received != upload.size:
-                    raise LfsRefused(400, f"the body has {received} bytes, the session announced {upload.size}")
-                await channel_send.send(None)
-
+        running = self._uploads_running.get(principal, 0)
+        if running >= self._config.lfs_max_uploads_per_principal:
+            raise LfsRefused(429, f"{principal} has {running} uploads running already "
+                                  f"(lfs_max_uploads_per_principal); retry when one ends")
+        self._uploads_running[principal] = running + 1
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(feed)  # closing the channel on failure ends the writer's chunks
-                await trio.to_thread.run_sync(self.objects.write, upload.bucket, upload.key, chunks(),
-                                              limiter=self._streams)
-        except BaseException as exc:
-            with trio.CancelScope(shield=True):
-                await self._thread(self.objects.delete, upload.bucket, upload.key)
-            cause = _cause(exc)  # the feed's refusal or the body's own error, not the group around it
-            if cause is not exc:
-                raise cause from None
-            raise
-        upload = replace(upload, checksum=checksum.hexdigest(), size=received)
+            received, checksum = await self._stream_body(upload, body)
+        finally:
+            self._uploads_running[principal] -= 1
+            if not self._uploads_running[principal]:
+                del self._uploads_running[principal]
+        upload = replace(upload, checksum=checksum, size=received)
         await self._save(upload)
         return upload
+
+    async def _stream_body(self, upload: Upload, body: AsyncIterator[bytes]) -> tuple[int, str]:
+        """(bytes received, their checksum), the object written whole; nothing kept on failure."""
+        limit = self._config.lfs_max_object_bytes if upload.size is None else upload.size
+        checksum = new_checksum(upload.checksum_alg)
+        stream = await self._thread(self.objects.open_stream, upload.bucket, upload.key)
+
+        def write(block: bytes) -> None:
+            checksum.update(block)  # in the worker: hashing a GiB is seconds of CPU
+            stream.write(block)
+
+        received = 0
+        block = bytearray()
+        window_start, window_bytes = trio.current_time(), 0
+        min_rate = self._config.lfs_min_upload_bytes_per_s
+        expires_in = max(upload.expires_ms - _now_ms(), 0) / 1000
+        try:
+            with trio.move_on_after(expires_in) as expiry:
+                async for chunk in body:
+                    # The rate of each window, judged when the client next sends something (a
+                    # client that sends nothing at all is ended by the HTTP idle timeout).
+                    elapsed = trio.current_time() - window_start
+                    if elapsed >= _RATE_WINDOW_S:
+                        if window_bytes < min_rate * elapsed:
+                            self._metrics.lfs_validation_errors.labels("upload_too_slow").inc()
+                            raise LfsRefused(408, f"the upload sent {window_bytes} bytes in {elapsed:.0f} s, less "
+                                                  f"than lfs_min_upload_bytes_per_s ({min_rate}) allows")
+                        window_start, window_bytes = trio.current_time(), 0
+                    received += len(chunk)
+                    window_bytes += len(chunk)
+                    if received > limit:
+                        raise (LfsRefused(400, f"the body is larger than the announced {limit} bytes")
+                               if upload.size is not None
+                               else LfsRefused(413, f"the body is larger than lfs_max_object_bytes ({limit})"))
+                    block += chunk
+                    if len(block) >= _UPLOAD_BLOCK:
+                        await self._stream_call(write, bytes(block))
+                        block.clear()
+            if expiry.cancelled_caught:
+                raise LfsRefused(408, f"upload session {upload.id} expired before its body arrived")
+            if upload.size is not None and received != upload.size:
+                raise LfsRefused(400, f"the body has {received} bytes, the session announced {upload.size}")
+            if block:
+                await self._stream_call(write, bytes(block))
+            await self._stream_call(stream.close)
+        except BaseException:
+            stream.abort()  # nothing staged stays
+            raise
+        return received, checksum.hexdigest()
+
+    async def _stream_call(self, function, *args) -> None:
+        await trio.to_thread.run_sync(function, *args, limiter=self._streams)
 
     async def part_urls(self, upload_id: str, principal: str, first: int, count: int) -> list[str]:
         """Pre-signed URLs of parts ``first`` .. ``first + count - 1`` of a multipart upload (for

@@ -470,3 +470,82 @@ def test_a_store_that_fails_the_pointer_check_is_a_retriable_error(tmp_path):
     finally:
         gateway.stop()
         server.stop()
+
+
+def _slow_upload(gateway: GatewayProcess, size: int, every_s: float, stop: list) -> socket.socket:
+    """An upload that sends its body one byte every ``every_s`` (inside the idle timeout)."""
+    session = _post(gateway, "/lfs/uploads", {"topic": "slow", "size": size}).json()
+    sock = socket.create_connection(("127.0.0.1", gateway.http_port))
+    sock.sendall(f"PUT {session['urls'][0]} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+
+    def trickle() -> None:
+        for _ in range(size):
+            if stop:
+                return
+            try:
+                sock.sendall(b"x")
+            except OSError:
+                return
+            time.sleep(every_s)
+
+    import threading
+
+    threading.Thread(target=trickle, daemon=True).start()
+    return sock
+
+
+def test_slow_uploads_hold_up_no_other_upload_and_are_ended(tmp_path):
+    """Issue 38 item 4: 8 clients sending 1 byte every 5 s held every upload worker, and a
+    1 KiB upload beside them waited 28-38 s (for ever, had they gone on)."""
+    gateway = GatewayProcess(tmp_path / "data").start()
+    stop: list = []
+    slow = []
+    try:
+        _create_topic(gateway.bootstrap, "slow")
+        slow = [_slow_upload(gateway, 1000, 0.5, stop) for _ in range(10)]
+        time.sleep(1)
+        started = time.monotonic()
+        pointer = _client(gateway).upload("slow", b"f" * 1024)
+        assert time.monotonic() - started < 1.0, "a fast upload waited on slow ones"
+        assert _client(gateway).read(pointer.encode()) == b"f" * 1024
+        # Slower than lfs_min_upload_bytes_per_s (1 KiB/s) over 10 s: ended with 408.
+        slow[0].settimeout(30)
+        answer = b""
+        while chunk := slow[0].recv(4096):  # the gateway closes after its answer
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"lfs_min_upload_bytes_per_s" in answer, answer
+        kept = [p for p in (gateway.data_dir / "kafscale" / "slow").rglob("*") if p.is_file()]
+        assert len(kept) == 1  # the fast upload's object; nothing of the slow ones
+    finally:
+        stop.append(True)
+        for sock in slow:
+            sock.close()
+        gateway.stop()
+
+
+def test_client_mistakes_on_the_http_endpoint_are_4xx_with_a_message(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    base = f"http://127.0.0.1:{gateway.http_port}"
+    try:
+        _create_topic(gateway.bootstrap, "m")
+        dots = httpx.get(f"{base}/lfs/objects", params={"bucket": "local", "key": "kafscale/m/lfs/../../x"}, timeout=10)
+        assert dots.status_code in (400, 404) and dots.text, dots.text
+        nested = httpx.post(f"{base}/lfs/uploads", content=b"[" * 100_000 + b"]" * 100_000,
+                            headers={"content-type": "application/json"}, timeout=10)
+        assert nested.status_code in (400, 413) and "JSON" in nested.text, nested.text
+        for content_type in ("x" * 10_000, "not a media type", "text/plain\r\nInjected: yes"):
+            bad = _post(gateway, "/lfs/uploads", {"topic": "m", "size": 3, "content_type": content_type})
+            assert bad.status_code == 400 and "content_type" in bad.text
+        assert "Traceback" not in gateway.log_path.read_text()
+    finally:
+        gateway.stop()
+
+
+def test_credentials_sent_to_a_gateway_without_users_say_what_to_do(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        _create_topic(gateway.bootstrap, "c")
+        refused = _post(gateway, "/lfs/uploads", {"topic": "c", "size": 3}, auth=("someone", "secret"))
+        assert refused.status_code == 401 and "need no credentials" in refused.text
+    finally:
+        gateway.stop()
