@@ -298,3 +298,44 @@ def test_a_cleaned_compacted_topic_reads_as_a_consumer_sees_it(spark, tmp_path):
         assert any(value is None for _, value, _, _ in rows)
     finally:
         gateway.kill()
+
+
+def _python_blocks(doc: str) -> list[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / doc).read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def test_the_docs_read_examples_run_as_written(spark, tmp_path, monkeypatch):
+    """Every docs/spark.md example that reads a local ./data runs as printed (the gateway's
+    address and the data directory aside: Spark's workers keep the session's working
+    directory); one of them called .option after .load() and failed."""
+    gateway = GatewayProcess(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        for topic in ("orders", "orders-eu"):
+            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(10)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 5})
+        for i in range(1200):
+            producer.produce("orders-eu" if i % 2 else "orders", key=b"k%d" % i, value=b"v%d" % i,
+                             headers=[("n", b"%d" % i)])
+        assert producer.flush(10) == 0
+        monkeypatch.chdir(tmp_path)  # out/ and chk/ of the streaming example
+        blocks = [b for b in _python_blocks("spark.md") if 'load("./data")' in b]
+        assert len(blocks) >= 4, blocks  # the read, stream, progress and pattern examples
+        for block in blocks:
+            names = {"spark": spark}
+            code = block.replace("127.0.0.1:9092", gateway.bootstrap).replace('"./data"', repr(str(tmp_path / "data")))
+            code = code.replace('"out/"', repr(str(tmp_path / "out"))).replace('"chk/"', repr(str(tmp_path / "chk")))
+            try:
+                exec(compile(code, "docs/spark.md", "exec"), names)  # noqa: S102 - the docs' own code
+                if "df" in names:
+                    assert names["df"].count() == 600
+                if "query" in names:
+                    names["query"].awaitTermination(120)
+                    assert names["query"].exception() is None
+            except Exception as exc:
+                raise AssertionError(f"this docs/spark.md example fails:\n{block}") from exc
+    finally:
+        gateway.kill()
