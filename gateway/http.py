@@ -29,6 +29,11 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     """(ready, why): what /readyz answers."""
     if not ctx.ready:
         return False, "starting or stopping"
+    with trio.move_on_after(_STORE_ANSWER_S):
+        try:
+            await ctx.logs.writer.check_taken_over()
+        except Exception as exc:  # the store probes below say whether it is unavailable
+            log.debug("checking for a newer run failed: %s", exc)
     if ctx.logs.writer.taken_over:
         return False, "a newer run of this gateway took the store over: this one writes nothing"
     if not ctx.ownership.lease_valid():

@@ -97,6 +97,21 @@ class LogWriter:
         self.objects.add(directory, len(data))
         self.sequence = 1
 
+    async def check_taken_over(self) -> bool:
+        """Alone: whether a newer run of this gateway sealed this writer whole, found without
+        waiting for the next write (readiness asks: one HEAD, and a read when a seal is there).
+        A cluster's gateway sealed by another goes on as a new writer at its next write."""
+        if self.taken_over or self.clustered:
+            return self.taken_over
+        key = self.key(self.sequence)
+        if await self.store.head(key) is None:
+            return False
+        found = await read_slot(self.store, key)
+        if found is not None and found.seals_all and key == self.key(self.sequence):
+            self.taken_over = self.sealed_all = True
+            log.critical("another run of this gateway took the store over: this one writes nothing more")
+        return self.taken_over
+
     @property
     def refusing(self) -> bool:
         """While a write in doubt is retried, appends queue up to one object's worth."""

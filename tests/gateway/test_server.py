@@ -267,3 +267,19 @@ async def test_a_lone_gateway_whose_store_a_newer_run_took_over_stops_writing(nu
     reader = await Client.connect(newer.port)
     data = (await reader.call(1, 12, _fetch("t", offset=0, max_wait_ms=0))).responses[0].partitions[0]
     assert data.high_watermark == 1
+
+
+async def test_readiness_sees_a_newer_run_before_the_next_write(nursery, tmp_path):
+    """Issue 38 item 12: /readyz stayed 200 after a newer run took a lone gateway's store
+    over, until the older run next tried to write."""
+    from kafscale.gateway.http import readiness
+
+    storage = f"file://{tmp_path}"
+    older, _ = await _start(nursery, storage=storage, fsync=False)
+    assert (await readiness(older.context))[0]
+    await _start(nursery, storage=storage, fsync=False)  # seals the older run at start
+    ok, reason = await readiness(older.context)
+    assert not ok and "newer run" in reason
+    client = await Client.connect(older.port)  # and it writes nothing: its producers go elsewhere
+    answer = await client.call(0, 9, _produce("t", build_batch([(None, b"late")])))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
