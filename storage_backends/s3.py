@@ -62,7 +62,16 @@ class S3Backend(ObstoreBackend):
         try:
             self.list("~probe/")
         except StorageUnavailable as exc:
-            raise StorageUnavailable(
-                f"cannot list bucket {self.bucket!r} ({self.describe()}); it must exist "
-                f"(Kafscale does not create buckets) and be reachable: {exc}"
-            ) from exc
+            raise StorageUnavailable(f"cannot list bucket {self.bucket!r} ({self.describe()}): "
+                                     f"{_what_to_do(str(exc))}: {exc}") from exc
+
+
+def _what_to_do(failure: str) -> str:
+    """The likely cause of a failed first listing, in words an operator acts on."""
+    if any(code in failure for code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidSignature")):
+        return "the store refused the credentials: check the access key id and the secret access key"
+    if "AccessDenied" in failure or "403" in failure:
+        return "access denied: these credentials may not list this bucket"
+    if "NoSuchBucket" in failure or "404" in failure:
+        return "the bucket does not exist (Kafscale does not create buckets)"
+    return "it must exist (Kafscale does not create buckets) and be reachable"

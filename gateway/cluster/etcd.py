@@ -197,6 +197,9 @@ class EtcdClient:
         if response.status_code == 401 and self._credentials is not None:  # the token expired
             await self._authenticate(headers["Authorization"])
             response = await self._post(path, body, await self._headers())
+        if self._credentials is None and (response.status_code == 401 or "user name is empty" in response.text):
+            raise EtcdAuthFailed(f"etcd asks for a user ({_reason(response)}): set etcd_username, and etcd_password "
+                                 "through the environment (KAFSCALE_ETCD_PASSWORD)")
         if response.status_code != 200:
             raise EtcdError(f"etcd {path} failed with HTTP {response.status_code}: {_reason(response)}")
         return response.json()

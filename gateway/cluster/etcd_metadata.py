@@ -157,11 +157,12 @@ class EtcdGroupStore:
         return f"{self._prefix}{slot_of(group_id, self._slots)}/{group_id.encode().hex()}"
 
     async def load_all(self) -> LoadedGroups:
-        return parse_groups([(kv.key.rsplit("/", 1)[-1], kv.value) for kv in await self._etcd.get_prefix(self._prefix)])
+        return parse_groups([(f"etcd key {kv.key}", kv.key.rsplit("/", 1)[-1], kv.value)
+                             for kv in await self._etcd.get_prefix(self._prefix)])
 
     async def load_slot(self, slot: int, slots: int) -> LoadedGroups:
         assert slots == self._slots, "the slot count is fixed per cluster"
-        return parse_groups([(kv.key.rsplit("/", 1)[-1], kv.value)
+        return parse_groups([(f"etcd key {kv.key}", kv.key.rsplit("/", 1)[-1], kv.value)
                              for kv in await self._etcd.get_prefix(f"{self._prefix}{slot}/")])
 
     async def save(self, group: StoredGroup) -> None:

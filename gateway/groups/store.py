@@ -69,12 +69,13 @@ class LoadedGroups:
     damaged: dict[str, str] = field(default_factory=dict)  # group id -> why its stored state is unreadable
 
 
-def parse_groups(documents: list[tuple[str, bytes]]) -> LoadedGroups:
-    """Stored groups from ``(object name, document)`` pairs (the name: the group id in hex,
-    or a digest of it); one that does not parse is set aside by its id (or its name, when
-    that does not spell one), so it damages no other group."""
+def parse_groups(documents: list[tuple[str, str, bytes]]) -> LoadedGroups:
+    """Stored groups from ``(where it is stored, object name, document)`` (the name: the group
+    id in hex, or a digest of it); one that does not parse is set aside by its id (or its
+    name, when that does not spell one), so it damages no other group, and its reason names
+    where it is stored, so an operator can repair or remove it."""
     loaded = LoadedGroups()
-    for name, raw in documents:
+    for where, name, raw in documents:
         spelled = id_of_object_name(name)
         group_id = name if spelled is None else spelled
         try:
@@ -82,7 +83,7 @@ def parse_groups(documents: list[tuple[str, bytes]]) -> LoadedGroups:
             if spelled is not None and group.group_id != spelled:
                 raise ValueError(f"it names group {group.group_id!r}")
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # json.JSONDecodeError is a ValueError
-            loaded.damaged[group_id] = f"{type(exc).__name__}: {exc}"
+            loaded.damaged[group_id] = f"{where}: {type(exc).__name__}: {exc}"
             continue
         loaded.groups.append(group)
     return loaded
@@ -115,7 +116,7 @@ class GroupStore:
         for info in await self._store.list(self._prefix):
             if info.key.endswith(".json"):
                 listed.add(info.key)
-                documents.append((info.key[len(self._prefix):-len(".json")], await self._store.get(info.key)))
+                documents.append((info.key, info.key[len(self._prefix):-len(".json")], await self._store.get(info.key)))
         loaded = parse_groups(documents)
         for group in loaded.groups:
             old = self._prefix + group.group_id.encode().hex() + ".json"

@@ -80,7 +80,11 @@ async def test_refusals_are_clear_errors(secure_etcd):
     no_certificate = _client(secure_etcd, cafile=ca)
     unknown_server = _client(secure_etcd, certfile=cert, keyfile=key)  # the system CAs do not know etcd's
     named_certificate = _client(secure_etcd, cafile=ca, certfile=str(named.cert), keyfile=str(named.key))
+    nameless = EtcdClient([secure_etcd.endpoint], 5000, tls=tls_context(ca, cert, key))  # no user configured
     try:
+        with pytest.raises(EtcdAuthFailed, match="set etcd_username"):
+            await nameless.get("/kafscale/a")
+
         with pytest.raises(EtcdAuthFailed) as refused:
             await wrong_password.get("/kafscale/a")
         assert "'gateway'" in str(refused.value) and "invalid user ID or password" in str(refused.value)
@@ -96,7 +100,7 @@ async def test_refusals_are_clear_errors(secure_etcd):
         with pytest.raises(EtcdError, match="CommonName"):
             await named_certificate.get("/kafscale/a")
     finally:
-        for client in (wrong_password, allowed, no_certificate, unknown_server, named_certificate):
+        for client in (wrong_password, allowed, no_certificate, unknown_server, named_certificate, nameless):
             await client.aclose()
 
 

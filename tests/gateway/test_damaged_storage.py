@@ -210,6 +210,9 @@ async def test_one_damaged_group_file_isolates_that_group_only(nursery, tmp_path
     assert running.context.metrics.registry.get_sample_value("kafscale_damaged_groups") == 3
     ok, reason = await readiness(running.context)
     assert ok and "3 group(s) not served" in reason
+    # Each damaged group names the object to repair or remove (ids may be named by digest).
+    key = "kafscale/~meta/groups/" + b"not-json".hex() + ".json"
+    assert running.context.groups.damaged["not-json"].startswith(key)
 
 
 async def test_a_truncated_cleaned_segment_keeps_its_intact_batches_across_gaps(nursery, tmp_path):

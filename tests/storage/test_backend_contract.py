@@ -251,3 +251,19 @@ def test_a_ranged_read_is_one_request(store, monkeypatch):
     assert store.get_range("one", 150, 200) == b""
     with pytest.raises(ObjectNotFound):
         store.get_range("missing", 0, 10)
+
+
+def test_a_wrong_secret_is_named_as_such_not_as_a_missing_bucket(seaweed_server):
+    """Issue 38 item 12: a wrong S3 secret was reported as a bucket that must exist."""
+    import dataclasses
+
+    from kafscale.storage_backends import S3Backend, StorageUnavailable
+
+    wrong = dataclasses.replace(seaweed_server.options(), secret_access_key="not-the-secret", retries=0)
+    bucket = seaweed_server.location()[len("s3://"):].split("/")[0]
+    with pytest.raises(StorageUnavailable) as refused:
+        S3Backend(bucket, "x", wrong).check()
+    assert "refused the credentials" in str(refused.value), refused.value
+    with pytest.raises(StorageUnavailable) as missing:
+        S3Backend("no-such-bucket-here", "x", dataclasses.replace(seaweed_server.options(), retries=0)).check()
+    assert "does not exist" in str(missing.value), missing.value
