@@ -112,7 +112,10 @@ def plan(store: ObjectStore, options: ReadOptions, bounds: Bounds = NO_BOUNDS) -
     if options.subscribe:
         missing = sorted(set(options.subscribe) - set(topics))
         if missing:
-            raise OptionError(f"topic(s) {', '.join(missing)} do not exist in {options.path}")
+            hint = "" if topics else (
+                f": no topic at all is stored there under namespace {options.namespace!r}; is {options.path!r} "
+                "the gateway's --storage, and the namespace its --namespace (option 'namespace')?")
+            raise OptionError(f"topic(s) {', '.join(missing)} do not exist in {options.path}{hint}")
     if options.max_records_per_partition or options.min_partitions:
         ranges = split_ranges(ranges, options.max_records_per_partition, options.min_partitions)
     return ranges

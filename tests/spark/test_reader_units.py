@@ -71,6 +71,13 @@ def test_a_piece_deleted_after_planning_and_in_no_segment_is_data_loss(data, tmp
         list(read_range(open_location(options), part, include_headers=False))
 
 
+def test_a_location_or_namespace_without_topics_says_what_to_check(data):
+    for options in ({"path": str(data), "namespace": "elsewhere"}, {"path": str(data.parent)}):
+        with pytest.raises(OptionError, match="no topic at all is stored there.*--storage.*--namespace"):
+            parsed = parse_options({**options, "subscribe": "units"})
+            plan(open_location(parsed), parsed)
+
+
 def test_option_errors():
     with pytest.raises(OptionError, match="maxTriggerDelay"):
         parse_options({"path": "x", "subscribe": "t", "maxTriggerDelay": "soon"})
@@ -80,6 +87,8 @@ def test_option_errors():
         parse_options({"path": "x", "subscribe": "t", "startingOffsets": "earliest", "startingTimestamp": "5"})
     with pytest.raises(OptionError, match="needs the data location"):
         parse_options({"subscribe": "t"})
+    with pytest.raises(OptionError, match="needs the data location"):
+        parse_options({"path": "", "subscribe": "t"})
     # Every option of Spark's Kafka source works or is refused by name with the reason.
     for name in ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "groupIdPrefix", "kafka.group.id",
                  "kafka.max.poll.records"):
