@@ -182,7 +182,9 @@ class LogManager:
         if partitions > limit:
             raise KafkaError(ErrorCode.invalid_partitions,
                              f"{partitions} partitions exceed max_partitions_per_topic {limit}")
-        total = sum(info.partitions for info in self.topics().values()) + partitions - current
+        # Kafka's internal topics (made by the gateway) count against no client's limit.
+        total = sum(info.partitions for info in self.topics().values() if info.name not in INTERNAL_TOPICS) \
+            + partitions - current
         if total > self.config.topics.max_partitions:
             raise KafkaError(ErrorCode.policy_violation,
                              f"{name!r} would bring the cluster to {total} partitions, "
@@ -223,6 +225,11 @@ class LogManager:
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
         self.check_new_topic(name, partitions)
         return await self.metadata.create_topic(name, partitions, configs or {})
+
+    async def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        """One of Kafka's internal topics, created by the gateway itself (never by a client)."""
+        assert name in INTERNAL_TOPICS, name
+        return await self.metadata.create_topic(name, partitions, configs)
 
     async def ensure_topic(self, name: str) -> TopicInfo | None:
         """The topic, auto-creating it when configured to (``None`` if unknown)."""

@@ -33,6 +33,7 @@ from .config import GatewayConfig
 from .context import GatewayContext
 from .groups import GroupCoordinator, GroupStore
 from .groups.coordinator import GroupSettings
+from .groups.offsets_topic import NoOffsetsTopic, OffsetsTopic
 from .lfs import LfsService
 from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
 from .logs import LogManager
@@ -228,7 +229,7 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         security = etcd_security = EtcdSecurity(etcd, root)
         member = ClusterMember(config, etcd, etcd_metadata, etcd_security, root, endpoints)
         groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.cluster.coordinator_slots), settings,
-                                  on_rebalance=count_rebalance)
+                                  on_rebalance=count_rebalance, offsets_log=NoOffsetsTopic())
         groups.use_slots(config.cluster.coordinator_slots)
         logs = LogManager(config, store, metadata, member, failures)
         rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
@@ -237,9 +238,10 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
     else:
         metadata = EmbeddedMetadata(store, config.storage.namespace)
         security = EmbeddedSecurity(store, config.storage.namespace)
-        groups = GroupCoordinator(GroupStore(store, config.storage.namespace), settings, on_rebalance=count_rebalance)
         logs = LogManager(config, store, metadata,
                           SoleGateway(config.network.node_id, *config.network.advertised, endpoints), failures)
+        groups = GroupCoordinator(GroupStore(store, config.storage.namespace), settings, on_rebalance=count_rebalance,
+                                  offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures))
         coordination = Embedded(groups)
         transaction_store = EmbeddedTransactions(store, config.storage.namespace)
     markers = GatewayMarkers(logs, groups, config.network.node_id)

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.group_records import GroupMember
 
+from .offsets_topic import OffsetsLog
 from .store import CommittedOffset, GroupStorage, LoadedGroups, StoredGroup, slot_of
 
 __all__ = ["GroupCoordinator", "GroupState", "GroupSettings", "Member", "Group"]
@@ -84,6 +86,12 @@ class Group:
     changes: int = 0  # changes to the stored state so far
     saved: int = 0  # how many of them the store holds
 
+    def member_records(self) -> list[GroupMember]:
+        """The members as ``__consumer_offsets`` writes them (their chosen protocol's subscription)."""
+        return [GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                            m.session_timeout_ms, m.metadata_for(self.protocol_name), m.assignment)
+                for m in self.members.values()]
+
     def all_joined(self) -> bool:
         return all(m.join_done is not None and not m.join_done.is_set() for m in self.members.values())
 
@@ -100,8 +108,10 @@ def _now() -> float:
 
 
 class GroupCoordinator:
-    def __init__(self, store: GroupStorage, settings: GroupSettings, on_rebalance=None) -> None:
+    def __init__(self, store: GroupStorage, settings: GroupSettings, on_rebalance=None, *,
+                 offsets_log: OffsetsLog) -> None:
         self._store = store
+        self._offsets_log = offsets_log  # __consumer_offsets for readers (a lone gateway's)
         self.settings = settings
         self._on_rebalance = on_rebalance or (lambda group_id: None)
         self.groups: dict[str, Group] = {}
@@ -119,6 +129,7 @@ class GroupCoordinator:
     async def load(self) -> None:
         """Alone: load every group once at start."""
         self._install_all(await self._store.load_all())
+        await self._offsets_log.start(self.groups)
 
     def _install_all(self, loaded: LoadedGroups) -> None:
         for stored in loaded.groups:
@@ -537,6 +548,7 @@ class GroupCoordinator:
     async def commit(self, group: Group, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         group.offsets.update(offsets)
         await self._save(group)
+        await self._offsets_log.committed(group, offsets)
 
     async def commit_transactional(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         """A committed transaction's offsets (TxnOffsetCommit), now visible."""
@@ -567,6 +579,7 @@ class GroupCoordinator:
         for key in partitions:
             group.offsets.pop(key, None)
         await self._save(group)
+        await self._offsets_log.deleted(group.group_id, partitions, whole_group=False)
 
     async def delete_group(self, group_id: str) -> None:
         group = self._group(group_id)
@@ -578,6 +591,7 @@ class GroupCoordinator:
         del self.groups[group_id]
         async with group.save_lock:  # after any write in flight, which would bring it back
             await self._store.delete(group_id)
+        await self._offsets_log.deleted(group_id, list(group.offsets), whole_group=True)
 
     async def forget_topic(self, topic: str) -> None:
         """Offsets of a deleted topic are removed from every group."""

@@ -10,6 +10,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..logs import INTERNAL_TOPICS
 from ..security.acl import Operation
 from .base import check_leader_epoch, register, respond
 
@@ -28,6 +29,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Request):
             code, message = ErrorCode.topic_authorization_failed, "ALTER is not allowed"
         elif info is None:
             code, message = ErrorCode.unknown_topic_or_partition, f"unknown topic {topic.name!r}"
+        elif topic.name in INTERNAL_TOPICS:  # its groups are placed by hashing over its partition count
+            code, message = ErrorCode.invalid_request, f"{topic.name} is an internal topic: its partitions are fixed"
         elif topic.count <= info.partitions:
             code, message = ErrorCode.invalid_partitions, (
                 f"topic {topic.name!r} has {info.partitions} partitions; the count can only grow")

@@ -13,6 +13,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..logs import INTERNAL_TOPICS
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
@@ -33,8 +34,8 @@ async def _topic_entry(ctx: RequestContext, info) -> dict:
         if partition % 1000 == 999:  # a large catalog must not hold the event loop
             await trio.lowlevel.checkpoint()
         partitions.append(_partition_entry(ctx, info.name, partition))
-    return dict(error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False,
-                partitions=partitions)
+    return dict(error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id,
+                is_internal=info.name in INTERNAL_TOPICS, partitions=partitions)
 
 
 def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:

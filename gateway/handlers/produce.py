@@ -26,6 +26,7 @@ from kafscale.protocol.response_fields import Endpoint
 
 from ..context import RequestContext
 from ..lfs import LfsRecordsRefused
+from ..logs import INTERNAL_TOPICS
 from ..partition_log import FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
@@ -131,6 +132,9 @@ async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
     for topic in body.topic_data:
         if not ctx.access.allowed_topic(Operation.WRITE, topic.name):
             unusable[topic.name] = KafkaError(ErrorCode.topic_authorization_failed, "WRITE is not allowed")
+        elif topic.name in INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
+            unusable[topic.name] = KafkaError(ErrorCode.invalid_topic_exception,
+                                              f"{topic.name} is an internal topic: clients cannot write to it")
         elif topic.name not in ctx.logs.topics() and not ctx.access.may_create_topic(topic.name):
             unusable[topic.name] = KafkaError(ErrorCode.topic_authorization_failed, "CREATE is not allowed")
         elif topic.name not in ctx.logs.topics():

@@ -9,6 +9,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..logs import INTERNAL_TOPICS
 from ..security.acl import Operation
 from ..topic_configs import validate_topic_configs
 from .base import register, respond
@@ -109,6 +110,10 @@ async def handle_delete_topics(ctx: RequestContext, request: Request):
         if info is None:
             responses.append(dict(name=name, topic_id=topic_id, error_code=ErrorCode.unknown_topic_or_partition,
                                   error_message=f"unknown topic {name!r}"))
+            continue
+        if name in INTERNAL_TOPICS:
+            responses.append(dict(name=name, topic_id=info.topic_id, error_code=ErrorCode.invalid_request,
+                                  error_message=f"{name} is one of Kafka's internal topics: it cannot be deleted"))
             continue
         await ctx.logs.delete_topic(name)
         await ctx.groups.forget_topic(name)
