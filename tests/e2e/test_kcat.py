@@ -40,21 +40,24 @@ def test_produce_and_consume_each_codec(gateway, codec):
     rows = [line.split("|") for line in out.splitlines() if line]
     assert rows == [[str(i), f"k{i}", f"value {i}", "source=kcat"] for i in range(50)]
     # librdkafka before 2.10 compresses only if the broker's Produce range starts at v0
-    # (else "Broker does not support compression type ...: not compressing batch").
-    assert _stored_codecs(gateway.port, topic) == {CODECS[codec]}
+    # (else "Broker does not support compression type ...: not compressing batch"). A batch of
+    # a few records may go uncompressed when compressing would not make it smaller.
+    stored = _stored_batches(gateway.port, topic)
+    assert any(c == CODECS[codec] for c, _ in stored), stored
+    assert all(c == CODECS[codec] for c, count in stored if count >= 10), stored
 
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def _stored_codecs(port: int, topic: str) -> set[int]:
-    """The codecs of the batches a topic's partition 0 holds, as Fetch serves them byte-exact."""
-    async def read() -> set[int]:
+def _stored_batches(port: int, topic: str) -> list[tuple[int, int]]:
+    """(codec, records) of each batch a topic's partition 0 holds, as Fetch serves them byte-exact."""
+    async def read() -> list[tuple[int, int]]:
         client = await Client.connect(port)
         try:
             body = await client.call(1, 12, fetch(topic, 0, 0))
             data = bytes(body.responses[0].partitions[0].records or b"")
-            return {header.compression for header in split_batches(data)}
+            return [(header.compression, header.records_count) for header in split_batches(data)]
         finally:
             await client.stream.aclose()
 
