@@ -46,8 +46,9 @@ async def mirror_catalog(metadata: EtcdMetadata, store: AsyncStore, namespace: s
         if metadata.revision != written:
             try:
                 written = await mirror_once(metadata, store, namespace)
-            except StorageError as exc:
-                log.warning("mirroring the topic catalog into the store failed (retried): %s", exc)
+            except Exception as exc:  # the store failing, or (a bug) anything else: never ends the gateway
+                log.warning("mirroring the topic catalog into the store failed (retried): %s", exc,
+                            exc_info=None if isinstance(exc, StorageError) else exc)
                 await trio.sleep(_RETRY_S)
                 continue
         changed = metadata.changed

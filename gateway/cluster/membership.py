@@ -184,10 +184,11 @@ class ClusterMember:
                 if failing:
                     log.info("etcd reachable again")
                 failing = False
-            except (EtcdError, ClusterStartError) as exc:
+            except Exception as exc:  # etcd failing, or (a bug) anything else: the loop goes on
                 if not failing:
                     log.warning("lease keepalive failed (writes stop in %.1f s unless etcd answers): %s",
-                                max(0.0, self._lease_deadline - trio.current_time()), exc)
+                                max(0.0, self._lease_deadline - trio.current_time()), exc,
+                                exc_info=None if isinstance(exc, (EtcdError, ClusterStartError)) else exc)
                 failing = True
 
     async def wait_for_change(self, timeout_s: float) -> None:

@@ -91,8 +91,9 @@ class Rebalancer:
             async with limiter:
                 try:
                     await operation(item)
-                except EtcdError as exc:
-                    log.warning("%s %s failed (retried on the next round): %s", operation.__name__, item, exc)
+                except Exception as exc:  # one item failing holds up no other; the next round retries it
+                    log.warning("%s %s failed (retried on the next round): %s", operation.__name__, item, exc,
+                                exc_info=None if isinstance(exc, EtcdError) else exc)
 
         async with trio.open_nursery() as nursery:
             for item in items:

@@ -67,16 +67,34 @@ class ClusterView:
     async def _read(self, part: str) -> int:
         kvs, revision = await self._etcd.range_prefix(self._root + part)
         if part == BROKERS:
-            self.brokers = dict(map(self._broker, kvs))
+            self.brokers = dict(self._parsed(self._broker, kvs))
         elif part == OWNERS:
-            self.owners = dict(map(self._owner, kvs))
+            self.owners = dict(self._parsed(self._owner, kvs))
         elif part == SECURITY:
             self._security.replace(kvs)
         else:
             self._metadata.replace(kvs, revision)
         return revision
 
+    @staticmethod
+    def _parsed(parse, kvs: list[KeyValue]) -> list:
+        """Each key parsed; one that does not parse (written by hand, damaged) is skipped,
+        named in the log, and holds up no other."""
+        found = []
+        for kv in kvs:
+            try:
+                found.append(parse(kv))
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                log.error("etcd key %s is unreadable (skipped): %r", kv.key, exc)
+        return found
+
     def _apply(self, part: str, kv: KeyValue, deleted: bool) -> None:
+        try:
+            self._apply_one(part, kv, deleted)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            log.error("etcd key %s is unreadable (skipped): %r", kv.key, exc)
+
+    def _apply_one(self, part: str, kv: KeyValue, deleted: bool) -> None:
         if part == TOPICS:
             self._metadata.apply(kv, deleted)
         elif part == SECURITY:
@@ -106,9 +124,10 @@ class ClusterView:
                     for event in events:
                         self._apply(part, event.kv, event.deleted)
                     self._on_change()
-            except EtcdError as exc:
+            except Exception as exc:  # etcd failing, or (a bug) anything else: this loop never ends the gateway
                 if not failing:
-                    log.warning("watch of %s stopped (%s); reading it again", part, exc)
+                    log.warning("watch of %s stopped (%s); reading it again", part, exc,
+                                exc_info=None if isinstance(exc, EtcdError) else exc)
                 failing = True
                 await trio.sleep(self._retry_s)
 
