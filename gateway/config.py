@@ -301,7 +301,7 @@ class GroupsConfig:
         "transaction.max.timeout.ms)", minimum=1)
     offsets_topic_num_partitions: int = _opt(
         50, "partitions of __consumer_offsets, the internal topic lag tools read every group's commits from "
-        "(Kafka's offsets.topic.num.partitions; a lone gateway serves it; fixed once created)", minimum=1)
+        "(Kafka's offsets.topic.num.partitions; fixed once created)", minimum=1)
     transactional_id_expiration_ms: int = _opt(
         7 * 24 * 3600 * 1000, "a transactional id with no transaction in flight, unused this long, is deleted "
         "(Kafka's transactional.id.expiration.ms); each id keeps one small document in the store (etcd in a "

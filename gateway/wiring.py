@@ -33,7 +33,7 @@ from .config import GatewayConfig
 from .context import GatewayContext
 from .groups import GroupCoordinator, GroupStore
 from .groups.coordinator import GroupSettings
-from .groups.offsets_topic import NoOffsetsTopic, OffsetsTopic
+from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic
 from .lfs import LfsService
 from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
 from .logs import LogManager
@@ -228,10 +228,11 @@ def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, .
         metadata = etcd_metadata = EtcdMetadata(etcd, root)
         security = etcd_security = EtcdSecurity(etcd, root)
         member = ClusterMember(config, etcd, etcd_metadata, etcd_security, root, endpoints)
-        groups = GroupCoordinator(EtcdGroupStore(etcd, root, config.cluster.coordinator_slots), settings,
-                                  on_rebalance=count_rebalance, offsets_log=NoOffsetsTopic())
-        groups.use_slots(config.cluster.coordinator_slots)
+        group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots)
         logs = LogManager(config, store, metadata, member, failures)
+        groups = GroupCoordinator(group_store, settings, on_rebalance=count_rebalance, offsets_log=ClusterOffsetsTopic(
+            logs, config.groups.offsets_topic_num_partitions, failures, group_store))
+        groups.use_slots(config.cluster.coordinator_slots)
         rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
         coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.storage.namespace)
         transaction_store = EtcdTransactions(etcd, root)

@@ -168,6 +168,30 @@ class EtcdGroupStore:
     async def save(self, group: StoredGroup) -> None:
         await self._etcd.put(self._key(group.group_id), group.to_json())
 
+    def _state(self, kv: KeyValue, deleted: bool) -> tuple[str, StoredGroup | None] | None:
+        try:
+            group_id = bytes.fromhex(kv.key.rsplit("/", 1)[-1]).decode()
+            return group_id, None if deleted else StoredGroup.from_json(kv.value)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("etcd key %s is unreadable (skipped): %r", kv.key, exc)
+            return None
+
+    async def follow(self, changed: Callable[[str, StoredGroup | None], None]) -> None:
+        """Every group's state, then every change, through a watch (all again after it broke)."""
+        while True:
+            try:
+                kvs, revision = await self._etcd.range_prefix(self._prefix)
+                for kv in kvs:
+                    if (found := self._state(kv, deleted=False)) is not None:
+                        changed(*found)
+                async for events in self._etcd.watch_prefix(self._prefix, revision + 1):
+                    for event in events:
+                        if (found := self._state(event.kv, event.deleted)) is not None:
+                            changed(*found)
+            except EtcdError as exc:
+                log.info("watch of the groups broke (%s); watching again", exc)
+                await trio.sleep(_REWATCH_S)
+
     async def delete(self, group_id: str) -> None:
         await self._etcd.delete(self._key(group_id))
 

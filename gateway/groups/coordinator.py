@@ -192,6 +192,7 @@ class GroupCoordinator:
         """Owns the rebalance timers and expires members whose session ran out."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._offsets_log.run)
             task_status.started()
             while True:
                 await trio.sleep(0.2)

@@ -10,7 +10,7 @@ from kafscale.protocol.group_records import offsets_partition, parse_key, parse_
 from tests.e2e.conftest import make_topic
 
 
-def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
@@ -18,7 +18,7 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> 
         consumer.close()
 
 
-def _read_offsets_topic(bootstrap: str) -> dict[tuple[str, str, int], int | None]:
+def read_offsets_topic(bootstrap: str) -> dict[tuple[str, str, int], int | None]:
     """Every offset commit in the topic, newest last: (group, topic, partition) -> offset."""
     metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     partitions = len(metadata.topics["__consumer_offsets"].partitions)
@@ -46,12 +46,12 @@ def _read_offsets_topic(bootstrap: str) -> dict[tuple[str, str, int], int | None
 
 def test_lag_tools_read_every_groups_commits_from_consumer_offsets(gateway):
     make_topic(gateway, "orders", partitions=3, messages=30)
-    _commit(gateway.bootstrap, "billing", "orders", {0: 4, 1: 7})
-    _commit(gateway.bootstrap, "shipping", "orders", {2: 9})
-    _commit(gateway.bootstrap, "billing", "orders", {0: 10})  # a newer commit: read last
+    commit(gateway.bootstrap, "billing", "orders", {0: 4, 1: 7})
+    commit(gateway.bootstrap, "shipping", "orders", {2: 9})
+    commit(gateway.bootstrap, "billing", "orders", {0: 10})  # a newer commit: read last
     metadata = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(timeout=10)
     assert len(metadata.topics["__consumer_offsets"].partitions) == 50
-    seen = _read_offsets_topic(gateway.bootstrap)
+    seen = read_offsets_topic(gateway.bootstrap)
     assert seen == {("billing", "orders", 0): 10, ("billing", "orders", 1): 7, ("shipping", "orders", 2): 9}
     # What OffsetFetch answers for each group is what the topic says.
     for group in ("billing", "shipping"):
@@ -70,4 +70,4 @@ def test_lag_tools_read_every_groups_commits_from_consumer_offsets(gateway):
     assert errors and errors[0] is not None and errors[0].code() == KafkaError.TOPIC_EXCEPTION, errors
     # And the group's offsets survive a restart in the topic, as in the group store.
     gateway.restart()
-    assert _read_offsets_topic(gateway.bootstrap)[("billing", "orders", 0)] == 10
+    assert read_offsets_topic(gateway.bootstrap)[("billing", "orders", 0)] == 10
