@@ -235,6 +235,10 @@ async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPo
             progress.done(work.mapped_end, tombstones_due, work.held_back_by_ms)
             if progress.cleaned_end > before:
                 await _write_checkpoint(partition_log, progress.cleaned_end)
+                # The aborted transactions' records below are gone now: their spans are no longer
+                # needed (Kafka's cleaner drops them from the transaction index as it cleans), so
+                # the stored transaction state stays the size of what is not cleaned yet.
+                await partition_log.transactions.forget_aborted_below(progress.cleaned_end)
         stats.passes += 1
         stats.segments_rewritten += rewritten
         stats.seconds += time.monotonic() - started

@@ -81,6 +81,13 @@ class TransactionBook:
         self._changes = 1 if changed else 0
         self.open_since = dict.fromkeys(state.open, trio.current_time())
 
+    async def forget_aborted_below(self, offset: int) -> None:
+        """The aborted transactions wholly below ``offset`` left nothing a reader must skip
+        (the cleaner removed their records): dropped, and the state stored without them."""
+        if self.state.forget_aborted_below(offset):
+            self._changes += 1
+            await self.persist()
+
     def appended(self, header: BatchHeader) -> None:
         """A batch was given its offsets (not durable yet)."""
         if header.is_transactional and not header.is_control and self.state.appended(header):

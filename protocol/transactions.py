@@ -341,6 +341,13 @@ class PartitionTransactions:
         if first is not None and not commit:
             self.aborted.append(AbortedTxn(first, offset, producer_id, self.last_stable_offset(offset + 1)))
 
+    def forget_aborted_below(self, offset: int) -> int:
+        """Drop the aborted transactions whose every offset is below ``offset``; how many."""
+        kept = [entry for entry in self.aborted if entry.last_offset >= offset]
+        dropped = len(self.aborted) - len(kept)
+        self.aborted = kept
+        return dropped
+
     def discard_from(self, offset: int) -> None:
         """Appends from ``offset`` on were never stored: transactions they opened are not open."""
         self.open = {pid: first for pid, first in self.open.items() if first < offset}

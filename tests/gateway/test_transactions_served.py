@@ -441,3 +441,36 @@ async def test_a_damaged_transaction_state_is_rebuilt_from_the_whole_log(nursery
     values = [m.value() for m in await trio.to_thread.run_sync(read_to_end, bootstrap, "t", 1)]
     assert len(values) == 40 and not any(v.startswith(b"aborted") for v in values)
     assert any(key.endswith("transactions.json") for key in running.context.logs.damage.found)
+
+
+async def test_cleaning_drops_the_aborted_spans_it_made_needless(nursery, tmp_path):
+    """Issue 38 item 2: transactions.json kept every aborted span of a compacted topic for
+    ever and was rewritten whole at each marker. Once cleaning removed an aborted
+    transaction's records, its span goes too: the stored state stays the size of what is
+    not cleaned yet, and no reader sees an aborted record."""
+    import json
+
+    running, _ = await start_gateway(nursery, storage=f"file://{tmp_path}", fsync=False, linger_ms=0)
+    client = await Client.connect(running.port)
+    await create_topic(client, "c", cleanup_policy="compact")
+    producer = await _init(client, "app")
+    for i in range(20):
+        producer = await _init(client, "app")  # a new epoch each time
+        await _add(client, "app", producer, {"c": [0]})
+        batch = build_batch([(b"k%d" % i, b"aborted-%d" % i)], producer_id=producer[0], producer_epoch=producer[1],
+                            base_sequence=0, transactional=True)
+        assert (await _produce(client, "c", batch, "app")).error_code == ErrorCode.none
+        assert await _end(client, "app", producer, commit=False) == ErrorCode.none
+        kept = build_batch([(b"k%d" % i, b"kept-%d" % i)])
+        assert (await _produce(client, "c", kept, None)).error_code == ErrorCode.none
+    (state,) = list(tmp_path.rglob("transactions.json"))
+    assert len(json.loads(state.read_bytes())["aborted"]) == 20
+    logs = running.context.logs
+    await logs.compactor.pass_once(everything=True)
+    await logs.cleaner.pass_once(everything=True)
+    assert json.loads(state.read_bytes())["aborted"] == []
+    for isolation in (0, 1):
+        data = bytes((await _fetch(client, "c", isolation)).records or b"")
+        values = [r.value for h in split_batches(data) if not h.is_control
+                  for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))]
+        assert values == [b"kept-%d" % i for i in range(20)]
