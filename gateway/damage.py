@@ -17,6 +17,7 @@ _SHOWN = 3  # damaged things named in /readyz's answer
 class DamageReport:
     def __init__(self) -> None:
         self.found: dict[str, str] = {}  # what is damaged (an object key, a group) -> how
+        self.rebuilding: set[str] = set()  # partitions whose derived state is being rebuilt from their log
 
     def record(self, what: str, how: str) -> None:
         if what not in self.found:

@@ -56,6 +56,9 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     if scope.cancelled_caught:
         return False, f"object store did not answer within {_STORE_ANSWER_S:g} s"
     damage = [ctx.logs.damage.summary()] if len(ctx.logs.damage) else []
+    if ctx.logs.damage.rebuilding:
+        damage.append(f"rebuilding the transaction state of {', '.join(sorted(ctx.logs.damage.rebuilding))} "
+                      "from the whole log (its requests wait)")
     if ctx.groups.damaged:
         damage.append(f"{len(ctx.groups.damaged)} group(s) not served, stored state unreadable")
     # Damage is reported, not made a reason to leave service: the rest is served.

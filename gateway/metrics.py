@@ -124,6 +124,8 @@ class Metrics:
              lambda: cleaned.worst_dirty_ratio),
             ("kafscale_damaged_objects", "Stored objects (and partitions' offset ranges) found damaged: "
              "served in part, never silently skipped", lambda: len(logs.damage)),
+            ("kafscale_transaction_state_rebuilds", "Partitions whose damaged transaction state is being rebuilt "
+             "from their whole log now", lambda: len(logs.damage.rebuilding)),
         ]:
             Gauge(name, text, registry=self.registry).set_function(read)
 

@@ -48,8 +48,13 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
     if not readable:
         # Kafka's transaction index is derived data, rebuilt from every batch on recovery: the
         # newest batches alone would forget older aborted transactions, and read_committed
-        # consumers would be served their records as committed.
-        transactions = await _transactions_from_whole_log(partition_log)
+        # consumers would be served their records as committed. Requests of the partition
+        # wait for its load meanwhile; /readyz and the metrics say it is running.
+        damage.rebuilding.add(partition_log.prefix)
+        try:
+            transactions = await _transactions_from_whole_log(partition_log)
+        finally:
+            damage.rebuilding.discard(partition_log.prefix)
     stored = (dict(transactions.open), len(transactions.aborted))
     partition_log.restore_producers(await _replay_newest(partition_log, transactions))
     partition_log.transactions.restore(transactions, version,

@@ -409,7 +409,7 @@ async def test_a_read_committed_long_poll_wakes_when_the_transaction_commits(nur
     assert answered["after"] < 3 and answered["part"].last_stable_offset == 2 and answered["part"].records
 
 
-async def test_a_damaged_transaction_state_is_rebuilt_from_the_whole_log(nursery, tmp_path):
+async def test_a_damaged_transaction_state_is_rebuilt_from_the_whole_log(nursery, tmp_path, monkeypatch):
     """Issue 38 item 2: an unreadable transactions.json was replaced by the state of the newest
     producer_scan_bytes of the log alone, and an older aborted transaction's records were
     served to read_committed consumers as committed."""
@@ -434,8 +434,36 @@ async def test_a_damaged_transaction_state_is_rebuilt_from_the_whole_log(nursery
             await trio.sleep(0.01)
     (state,) = list(tmp_path.rglob("transactions.json"))
     state.write_bytes(b'{"version": 1, "open": [')  # torn
+    from kafscale.gateway import recovery
+    from kafscale.gateway.http import readiness
+
+    release = trio.Event()
+    rebuild = recovery._transactions_from_whole_log
+
+    async def held_rebuild(partition_log):  # long, as over a large log: /readyz says so meanwhile
+        await release.wait()
+        return await rebuild(partition_log)
+
+    monkeypatch.setattr(recovery, "_transactions_from_whole_log", held_rebuild)
     running, _ = await start_gateway(nursery, **settings)
-    answer = await _fetch(await Client.connect(running.port), "t", 1)
+    reader = await Client.connect(running.port)
+    answers: list = []
+
+    async def fetch() -> None:
+        answers.append(await _fetch(reader, "t", 1))
+
+    nursery.start_soon(fetch)
+    with trio.fail_after(10):
+        while not running.context.logs.damage.rebuilding:
+            await trio.sleep(0.01)
+    ok, reason = await readiness(running.context)
+    assert ok and "rebuilding the transaction state of kafscale/t/0" in reason
+    assert running.context.metrics.registry.get_sample_value("kafscale_transaction_state_rebuilds") == 1
+    release.set()
+    with trio.fail_after(10):
+        while not answers:
+            await trio.sleep(0.01)
+    answer = answers[0]
     assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 0)]
     bootstrap = f"127.0.0.1:{running.port}"
     values = [m.value() for m in await trio.to_thread.run_sync(read_to_end, bootstrap, "t", 1)]
