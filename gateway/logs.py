@@ -151,7 +151,10 @@ class LogManager:
                 if not self.ownership.owns(info.name, partition):
                     continue  # its owner enforces it
                 with self.failures.guard("retention", f"{info.name}-{partition}"):
-                    partition_log = await self.get(info.name, partition)
+                    try:
+                        partition_log = await self.get(info.name, partition)
+                    except KafkaError:
+                        continue  # moving, or not loadable (its load says why)
                     deleted += await enforce_retention(partition_log, policy.retention_ms, policy.retention_bytes,
                                                        now_ms)
         return deleted

@@ -25,6 +25,8 @@ log = logging.getLogger("kafscale.maintenance")
 
 
 class Outcome:
+    """Whether the item a guard ran failed."""
+
     __slots__ = ("failed",)
 
     def __init__(self) -> None:
@@ -36,7 +38,7 @@ class MaintenanceFailures:
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
-        self._last: dict[tuple[str, str], str] = {}  # the error last logged per item
+        self._last: dict[tuple[str, str], str] = {}  # the error last logged per item failing now
 
     @contextmanager
     def guard(self, task: str, item: str) -> Iterator[Outcome]:
@@ -47,6 +49,8 @@ class MaintenanceFailures:
         except Exception as exc:  # the point: nothing an item does ends the loop
             outcome.failed = True
             self.record(task, item, exc)
+        else:
+            self._last.pop((task, item), None)  # it works again: a new failure is logged again
 
     def record(self, task: str, item: str, exc: Exception) -> None:
         self.counts[task] = self.counts.get(task, 0) + 1
