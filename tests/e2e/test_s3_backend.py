@@ -12,4 +12,4 @@ def test_missing_bucket_stops_the_gateway_with_a_clear_message(tmp_path, moto_se
     with pytest.raises(RuntimeError) as info:
         process.start(timeout=20)
     assert process.process.returncode == 1
-    assert "no-such-bucket" in str(info.value) and "must exist" in str(info.value)
+    assert "no-such-bucket" in str(info.value) and "does not exist" in str(info.value)

@@ -218,7 +218,7 @@ def test_missing_bucket_is_a_clear_error(moto_server):
     from kafscale.storage_backends import StorageError
 
     store = open_store("s3://no-such-bucket/x", s3=moto_server.options())
-    with pytest.raises(StorageError, match="no-such-bucket.*must exist"):
+    with pytest.raises(StorageError, match="no-such-bucket.*does not exist"):
         store.check()
 
 
