@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.group_records import OFFSETS_TOPIC
 from kafscale.protocol.layout import topic_prefix
 
 from .cache import ByteLRU
@@ -37,8 +38,7 @@ log = logging.getLogger("kafscale.logs")
 
 # Kafka's internal topics (Topic.isInternal, and KRaft's own log): never created by a client
 # (lag monitors ask Metadata for __consumer_offsets; auto-creation made it a user topic).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
-                             "__cluster_metadata"})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state", "__cluster_metadata"})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _YIELD_EVERY = 1000  # partitions handled between checkpoints in whole-catalog loops
 
