@@ -38,6 +38,7 @@ from kafscale.protocol.group_records import (
 from kafscale.protocol.records import BatchHeader, build_batch, split_batches
 
 from ..maintenance import MaintenanceFailures
+from ..ownership import Ownership
 from .store import CommittedOffset, StoredGroup
 
 __all__ = ["OffsetsLog", "OffsetsTopic", "ClusterOffsetsTopic", "NoOffsetsTopic", "GroupChanges", "OFFSETS_TOPIC"]
@@ -89,13 +90,9 @@ class TopicLogs(Protocol):
     async def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> object: ...
 
 
-class Owned(Protocol):
-    def owns(self, topic: str, partition: int) -> bool: ...
-
-
 class OwnedTopicLogs(TopicLogs, Protocol):
     @property
-    def ownership(self) -> Owned: ...
+    def ownership(self) -> Ownership: ...
 
 
 class Appendable(Protocol):
