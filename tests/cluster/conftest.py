@@ -10,13 +10,8 @@ import urllib.request
 import pytest
 
 from kafscale.protocol.layout import parse_segment_key
-from kafscale.protocol.segment import (
-    SEGMENT_FOOTER_SIZE,
-    SEGMENT_HEADER_SIZE,
-    parse_segment_footer,
-    parse_segment_header,
-)
-from kafscale.storage_backends import open_store
+from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, parse_segment_footer, parse_segment_header
+from kafscale.storage_backends import ObjectNotFound, open_store
 from tests.support.etcd_server import EtcdServer
 from tests.support.gateway_process import GatewayProcess
 
@@ -99,16 +94,23 @@ class Cluster:
         return seen["owners"]
 
     def segment_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
-        """(base, last) offsets of every segment object of a partition, read from the bucket."""
+        """(base, last) offsets of the partition's segment objects, read from the bucket as a
+        reader sees them: the gateways keep merging while this lists, and a merge grows the
+        first segment of a run in place and then deletes the rest, so each object is read
+        whole (one version), a deleted one is skipped, and one contained in another dropped."""
         store = open_store(self.location, s3=self.s3.options())
         ranges = []
         for info in store.list(f"kafscale/{topic}/{partition}/"):
             if parse_segment_key(info.key) is None:
                 continue
-            header = parse_segment_header(store.get_range(info.key, 0, SEGMENT_HEADER_SIZE))
-            footer = parse_segment_footer(store.get_range(info.key, info.size - SEGMENT_FOOTER_SIZE, info.size))
-            ranges.append((header.base_offset, footer.last_offset))
-        return sorted(ranges)
+            try:
+                data = store.get(info.key)
+            except ObjectNotFound:
+                continue
+            header = parse_segment_header(data[:SEGMENT_HEADER_SIZE])
+            ranges.append((header.base_offset, parse_segment_footer(data).last_offset))
+        return sorted(r for r in ranges
+                      if not any(o != r and o[0] <= r[0] and r[1] <= o[1] for o in ranges))
 
     def log_entry_ranges(self, topic: str, partition: int) -> list[tuple[int, int]]:
         """(base, last) offsets of the partition's entries in the shared log objects."""
