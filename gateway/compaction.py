@@ -217,7 +217,7 @@ class Compactor:
         """Delete this node's log objects whose every entry is settled; load the partitions
         this gateway owns that still have entries to compact (after a restart)."""
         objects = self.logs.objects
-        node = self.logs.config.network.node_id
+        node = self.logs.ownership.node_id
         own = self.logs.writer.writer_id
         ownership = self.logs.ownership
         live = {broker.node_id for broker in ownership.brokers()}

@@ -7,7 +7,7 @@ import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from kafscale import __version__
 from kafscale.storage_backends import S3Options, check_location
@@ -28,6 +28,7 @@ def _opt(default: Any, help: str, *, minimum: int | None = None, maximum: int | 
 
 
 _PORT_MAX = 65535
+_NODE_ID_MAX = 2**31 - 1
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -88,8 +89,18 @@ class NetworkConfig:
         "is advertised at advertised_host (or its own host) and its port")
     listener_security_protocol_map: str = _opt(
         "", "NAME:PROTOCOL pairs for listener names that are not protocol names (INTERNAL:SASL_SSL,...)")
-    node_id: int = _opt(0, "broker id this gateway reports in Metadata", minimum=0)
+    node_id: str = _opt("auto", "broker id this gateway reports in Metadata: a number, or auto (alone: 0; in a "
+                        "cluster the lowest id no live gateway holds, held under its etcd lease)")
     cluster_id: str = _opt("kafscale", "cluster id reported in Metadata")
+
+    @property
+    def requested_node_id(self) -> int | Literal["auto"]:
+        text = str(self.node_id).strip()
+        if text == "auto":
+            return "auto"
+        if not text.isdigit() or int(text) > _NODE_ID_MAX:
+            raise ConfigError(f"node_id must be auto or a number from 0 to {_NODE_ID_MAX}, got {self.node_id!r}")
+        return int(text)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -229,6 +240,8 @@ class ClusterConfig:
     lease_ttl_ms: int = _opt(6000, "a gateway's lease: its partitions move this long after it stops", minimum=2000)
     cluster_refresh_ms: int = _opt(500, "how often a gateway re-checks what it should own (changes in etcd also trigger it at once)", minimum=50)
     coordinator_slots: int = _opt(16, "group-coordinator slots spread over the gateways (fixed per cluster)", minimum=1)
+    drain_timeout_ms: int = _opt(30_000, "at SIGTERM a cluster gateway hands its partitions and group slots over "
+                                 "for at most this long before it closes its connections", minimum=0)
 
     @property
     def enabled(self) -> bool:
@@ -486,6 +499,7 @@ class GatewayConfig:
 
     def _validate_security(self) -> None:
         network, tls, sasl = self.network, self.tls, self.sasl
+        _ = network.requested_node_id  # raises ConfigError when it is neither auto nor a number
         network.protocol_map()
         listeners = network.kafka_listeners
         if len({(listener.host, listener.port) for listener in listeners if listener.port}) != \
@@ -530,6 +544,8 @@ def _parse_value(name: str, kind: type, raw: Any, source: str) -> Any:
                 pass
         elif kind is str:
             return raw
+    if kind is str and isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw)  # node_id = 3 in a TOML file
     raise ConfigError(f"{name} from {source}: expected {kind.__name__}, got {raw!r}")
 
 

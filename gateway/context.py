@@ -35,7 +35,7 @@ class GatewayContext:
 
     @property
     def node_id(self) -> int:
-        return self.config.network.node_id
+        return self.logs.ownership.node_id
 
 
 class RequestContext:
@@ -76,7 +76,7 @@ class RequestContext:
 
     @property
     def node_id(self) -> int:
-        return self.gateway.config.network.node_id
+        return self.gateway.node_id
 
     @property
     def peer_host(self) -> str:

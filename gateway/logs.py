@@ -84,7 +84,7 @@ class LogManager:
         self.ownership = ownership
         self.clustered = ownership.clustered
         self.cache: ByteLRU = ByteLRU(config.limits.cache_bytes)
-        machinery = shared_log(store, config.storage.namespace, config.network.node_id, config.flush_linger_ms,
+        machinery = shared_log(store, config.storage.namespace, ownership.node_id, config.flush_linger_ms,
                                config.flush_max_bytes, clustered=self.clustered, fill_wait_ms=config.log.fill_wait_ms,
                                live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
                                on_new_writer=self._fence_loaded)

@@ -30,6 +30,7 @@ class Broker:
     host: str  # the first listener's advertised address
     port: int
     endpoints: tuple[Endpoint, ...] = ()  # every listener's
+    draining: bool = False  # handing everything over before it stops: nothing is placed on it
 
     def address(self, listener: str | None) -> tuple[str, int]:
         """Where a client that came in on ``listener`` reaches this broker (Kafka answers

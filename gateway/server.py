@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -19,7 +20,7 @@ from .ownership import Endpoint
 from .security.access import Access, Session
 from .security.tls import PrincipalMapper, TlsConfigError, TlsContext, TlsHandshakeFailed, tls_accept
 from .security.tls_stream import TlsStream
-from .wiring import Gateway, StartupError, build, open_storage
+from .wiring import Gateway, StartupError, assemble, open_storage
 
 __all__ = ["serve", "Running", "StartupError"]
 
@@ -47,12 +48,20 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     config = config.with_options(
         advertised_port=first_port,
         advertised_host=config.network.advertised_host if first_host == config.network.advertised[0] else first_host)
-    gateway = build(config, store, endpoints)
-    await gateway.start()
+    async with assemble(config, store, endpoints) as gateway:
+        await gateway.start()
+        await _serve_gateway(gateway, config, bound, endpoints, tls, shutdown, task_status)
+    log.info("stopped")
+
+
+async def _serve_gateway(gateway: Gateway, config: GatewayConfig, bound: list[tuple[Listener, list[trio.SocketListener]]],
+                         endpoints: tuple[Endpoint, ...], tls: tuple[TlsContext, PrincipalMapper] | None,
+                         shutdown: trio.Event, task_status) -> None:
+    """Serve until ``shutdown``; then, in this order: not ready, hand partitions over (a
+    cluster gateway), no new connections, flush what was accepted and answer it."""
     http_listeners = await _listen_http(config)
     http_port = http_listeners[0].socket.getsockname()[1] if http_listeners else None
     clients = Clients(gateway, config, tls)
-
     async with trio.open_nursery() as root:
         await root.start(gateway.run)
         if http_listeners:
@@ -69,27 +78,27 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
 
             client_nursery.start_soon(accept)
             gateway.context.ready = True
-            log.info("serving Kafka on %s, storage %s, http %s, authorizer %s, %s mode",
+            log.info("serving Kafka on %s as node %d, storage %s, http %s, authorizer %s, %s mode",
                      ", ".join(f"{spec.name}://{spec.host}:{spec.port} (advertised {host}:{port})"
                                for (spec, _), (_, host, port) in zip(bound, endpoints, strict=True)),
-                     store.describe(), f"{config.network.http_host}:{http_port}" if http_port else "off", config.acl.authorizer,
+                     gateway.node_id, gateway.store.describe(),
+                     f"{config.network.http_host}:{http_port}" if http_port else "off", config.acl.authorizer,
                      gateway.mode.value)
             task_status.started(Running(bound[0][0].port, http_port, gateway.context, clients.budget,
                                         clients.unauthenticated))
             await shutdown.wait()
 
-            log.info("shutting down: no new connections or requests; flushing accepted data")
+            log.info("shutting down: handing partitions over, then no new connections or requests; "
+                     "flushing accepted data")
             gateway.context.ready = False
+            await gateway.drain(config.cluster.drain_timeout_ms / 1000)
             accept_scope.cancel()
             for _, sockets in bound:
                 for listener in sockets:
                     await listener.aclose()
             await clients.drain(gateway, config.limits.shutdown_timeout_ms / 1000)
             client_nursery.cancel_scope.cancel()
-        await gateway.leave()
         root.cancel_scope.cancel()
-    await gateway.aclose()
-    log.info("stopped")
 
 
 class Clients:
@@ -211,5 +220,17 @@ def _advertised(config: GatewayConfig, listeners: list[Listener]) -> tuple[Endpo
     endpoints = []
     for index, spec in enumerate(listeners):
         port = config.network.advertised_port if index == 0 and config.network.advertised_port else spec.port
-        endpoints.append((spec.name, *named.get(spec.name, (config.network.advertised_host or spec.host, port))))
+        host = config.network.advertised_host or _reachable(spec.host)
+        endpoints.append((spec.name, *named.get(spec.name, (host, port))))
     return tuple(endpoints)
+
+
+def _reachable(host: str) -> str:
+    """A listener bound to every address is advertised at the address the machine's own
+    name resolves to (a pod's IP), since no client can connect to 0.0.0.0."""
+    if host not in ("", "0.0.0.0", "::"):
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"

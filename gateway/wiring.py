@@ -19,6 +19,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import trio
 
@@ -28,6 +30,7 @@ from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError, tls_context
 from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, EtcdTransactions, cluster_root
 from .cluster.membership import ClusterMember, ClusterStartError
+from .cluster.node_lease import NodeIdTaken, NodeLease, held_node
 from .cluster.rebalance import Rebalancer
 from .config import GatewayConfig
 from .context import GatewayContext
@@ -40,7 +43,7 @@ from .logs import LogManager
 from .maintenance import MaintenanceFailures
 from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
 from .metrics import Metrics
-from .ownership import Endpoint, SoleGateway
+from .ownership import Broker, Endpoint, SoleGateway
 from .security.access import Access
 from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
 from .storage import AsyncStore
@@ -49,7 +52,7 @@ from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import GatewayMarkers
 from .transactions.store import EmbeddedTransactions, TransactionStore, TransactionsUnreadable
 
-__all__ = ["Mode", "Gateway", "StartupError", "open_storage", "build"]
+__all__ = ["Mode", "Gateway", "StartupError", "open_storage", "assemble"]
 
 log = logging.getLogger("kafscale.gateway")
 
@@ -91,11 +94,8 @@ class Embedded:
     async def run(self, nursery: trio.Nursery) -> None:
         """Nothing runs beside the logs and groups."""
 
-    async def leave(self) -> None:
-        """Nothing to hand over."""
-
-    async def aclose(self) -> None:
-        """Nothing to close."""
+    async def drain(self, grace_s: float) -> None:
+        """Nothing to hand over: the gateway's clients have nowhere else to go."""
 
 
 class Clustered:
@@ -125,11 +125,23 @@ class Clustered:
         await nursery.start(self._rebalancer.run)
         nursery.start_soon(mirror_catalog, self._metadata, self._store, self._namespace)
 
-    async def leave(self) -> None:
-        await self.member.leave()  # hands every partition over at once instead of after the lease
-
-    async def aclose(self) -> None:
-        await self.etcd.aclose()
+    async def drain(self, grace_s: float) -> None:
+        """Hand every partition and group slot over, one by one as the rebalancer moves them
+        (each flushed first), for at most ``grace_s``; what is left moves when the lease is
+        revoked."""
+        with trio.move_on_after(grace_s) as grace:
+            try:
+                await self.member.drain()
+            except EtcdError as exc:
+                log.warning("cannot announce draining (partitions move when the lease is revoked): %s", exc)
+                return
+            while self.member.held_units():
+                await trio.sleep(0.05)
+        if grace.cancelled_caught:
+            log.warning("drain grace over with %d partition(s) and group slot(s) still held",
+                        self.member.held_units())
+        else:
+            log.info("drained: every partition and group slot handed over")
 
 
 Coordination = Embedded | Clustered
@@ -137,12 +149,13 @@ Coordination = Embedded | Clustered
 
 class Gateway:
     """Every part of one gateway, built and wired: :meth:`start` loads and joins, :meth:`run`
-    runs the background work; at shutdown :meth:`flush` writes what was accepted, :meth:`leave`
-    hands the gateway's partitions over and :meth:`aclose` closes the metadata store's client."""
+    runs the background work; at shutdown :meth:`drain` hands what a cluster gateway owns
+    over and :meth:`flush` writes what was accepted."""
 
     def __init__(self, config: GatewayConfig, store: AsyncStore, metrics: Metrics, metadata: MetadataStore,
                  security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
                  coordination: Coordination, transactions: TransactionCoordinator, lfs: LfsService) -> None:
+        self.node_id = logs.ownership.node_id
         self.config = config
         self.store = store
         self.metrics = metrics
@@ -194,58 +207,88 @@ class Gateway:
             nursery.start_soon(self.lfs.run_sweeps, lambda: 0 in self.groups.owned_slots())
             task_status.started()
 
+    async def drain(self, grace_s: float) -> None:
+        """Before the clients are sent away: a cluster gateway hands its partitions and group
+        slots to the others, so clients move on without waiting for its lease to end."""
+        await self.coordination.drain(grace_s)
+
     async def flush(self) -> None:
         """Write every accepted append (produce handlers waiting on it get answered)."""
         await self.logs.close()
 
-    async def leave(self) -> None:
-        """After the clients are gone: hand what this gateway owns over at once."""
-        await self.coordination.leave()
 
-    async def aclose(self) -> None:
-        """After :meth:`run` returned: close the connections to the metadata store."""
-        await self.coordination.aclose()
+@asynccontextmanager
+async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...]) -> AsyncIterator[Gateway]:
+    """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``. A cluster
+    gateway holds its node id (:mod:`.cluster.node_lease`) for the body, before anything
+    is stored under it, and gives it up after."""
+    host, port = config.network.advertised
+    requested = config.network.requested_node_id
+    if Mode.of(config) is Mode.EMBEDDED:
+        yield _embedded(config, store, SoleGateway(0 if requested == "auto" else requested, host, port, endpoints))
+        return
+    etcd = _etcd_client(config)
+    root = cluster_root(config.cluster.etcd_prefix, config.network.cluster_id)
+    ttl_s = max(2, -(-config.cluster.lease_ttl_ms // 1000))
+    node = NodeLease(etcd, root, ttl_s, requested, Broker(-1, host, port, endpoints))
+    try:
+        async with held_node(node, wait_s=ttl_s + 2):
+            yield _clustered(config, store, etcd, root, node)
+    except* NodeIdTaken as taken:
+        raise StartupError(str(taken.exceptions[0])) from None
+    except* EtcdError as failed:
+        raise StartupError(f"etcd at {', '.join(etcd.endpoints)}: {failed.exceptions[0]}") from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await etcd.aclose()
 
 
-def build(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...]) -> Gateway:
-    """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``."""
+def _embedded(config: GatewayConfig, store: AsyncStore, sole: SoleGateway) -> Gateway:
+    metrics, failures = _observed()
+    metadata = EmbeddedMetadata(store, config.storage.namespace)
+    security = EmbeddedSecurity(store, config.storage.namespace)
+    logs = LogManager(config, store, metadata, sole, failures)
+    groups = GroupCoordinator(GroupStore(store, config.storage.namespace), _group_settings(config),
+                              on_rebalance=lambda group_id: metrics.rebalances.inc(),
+                              offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures))
+    transactions = EmbeddedTransactions(store, config.storage.namespace)
+    return _gateway(config, store, metrics, failures, metadata, security, logs, groups, Embedded(groups), transactions)
+
+
+def _clustered(config: GatewayConfig, store: AsyncStore, etcd: EtcdClient, root: str, node: NodeLease) -> Gateway:
+    metrics, failures = _observed()
+    metadata = EtcdMetadata(etcd, root)
+    security = EtcdSecurity(etcd, root)
+    member = ClusterMember(config, etcd, metadata, security, root, node)
+    group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots)
+    logs = LogManager(config, store, metadata, member, failures)
+    groups = GroupCoordinator(group_store, _group_settings(config), on_rebalance=lambda group_id: metrics.rebalances.inc(),
+                              offsets_log=ClusterOffsetsTopic(logs, config.groups.offsets_topic_num_partitions,
+                                                              failures, group_store))
+    groups.use_slots(config.cluster.coordinator_slots)
+    rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
+    coordination = Clustered(etcd, member, rebalancer, metadata, store, config.storage.namespace)
+    return _gateway(config, store, metrics, failures, metadata, security, logs, groups, coordination,
+                    EtcdTransactions(etcd, root))
+
+
+def _observed() -> tuple[Metrics, MaintenanceFailures]:
     metrics = Metrics()
     failures = MaintenanceFailures()
     metrics.watch_maintenance(failures)
-    settings = GroupSettings(config.groups.group_min_session_timeout_ms, config.groups.group_max_session_timeout_ms,
-                             config.groups.group_initial_rebalance_delay_ms)
+    return metrics, failures
 
-    def count_rebalance(group_id: str) -> None:
-        metrics.rebalances.inc()
 
-    metadata: MetadataStore
-    security: SecurityStore
-    coordination: Coordination
-    transaction_store: TransactionStore
-    if Mode.of(config) is Mode.CLUSTER:
-        etcd = _etcd_client(config)
-        root = cluster_root(config.cluster.etcd_prefix, config.network.cluster_id)
-        metadata = etcd_metadata = EtcdMetadata(etcd, root)
-        security = etcd_security = EtcdSecurity(etcd, root)
-        member = ClusterMember(config, etcd, etcd_metadata, etcd_security, root, endpoints)
-        group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots)
-        logs = LogManager(config, store, metadata, member, failures)
-        groups = GroupCoordinator(group_store, settings, on_rebalance=count_rebalance, offsets_log=ClusterOffsetsTopic(
-            logs, config.groups.offsets_topic_num_partitions, failures, group_store))
-        groups.use_slots(config.cluster.coordinator_slots)
-        rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
-        coordination = Clustered(etcd, member, rebalancer, etcd_metadata, store, config.storage.namespace)
-        transaction_store = EtcdTransactions(etcd, root)
-    else:
-        metadata = EmbeddedMetadata(store, config.storage.namespace)
-        security = EmbeddedSecurity(store, config.storage.namespace)
-        logs = LogManager(config, store, metadata,
-                          SoleGateway(config.network.node_id, *config.network.advertised, endpoints), failures)
-        groups = GroupCoordinator(GroupStore(store, config.storage.namespace), settings, on_rebalance=count_rebalance,
-                                  offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures))
-        coordination = Embedded(groups)
-        transaction_store = EmbeddedTransactions(store, config.storage.namespace)
-    markers = GatewayMarkers(logs, groups, config.network.node_id)
+def _group_settings(config: GatewayConfig) -> GroupSettings:
+    return GroupSettings(config.groups.group_min_session_timeout_ms, config.groups.group_max_session_timeout_ms,
+                         config.groups.group_initial_rebalance_delay_ms)
+
+
+def _gateway(config: GatewayConfig, store: AsyncStore, metrics: Metrics, failures: MaintenanceFailures,
+             metadata: MetadataStore, security: SecurityStore, logs: LogManager, groups: GroupCoordinator,
+             coordination: Coordination, transaction_store: TransactionStore) -> Gateway:
+    """The parts both modes build alike, around the mode's stores and coordination."""
+    markers = GatewayMarkers(logs, groups, logs.ownership.node_id)
     transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id, markers,
                                           lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
                                           failures=failures, shared=Mode.of(config) is Mode.CLUSTER,

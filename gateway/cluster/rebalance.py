@@ -2,7 +2,7 @@
 
 On every change of the cluster view, and every ``cluster_refresh_ms``, the
 rebalancer computes the owner each unit (partition or group slot) should have
-(:mod:`.placement`), gives up what should move (flush, then the member deletes its
+(:mod:`.placement`, over the gateways that are not draining), gives up what should move (flush, then the member deletes its
 owner key) and claims what is free and meant for it; then it closes the logs and
 drops the group slots this gateway no longer owns, and loads the group slots it
 now owns (partition logs load on first use).
@@ -71,15 +71,21 @@ class Rebalancer:
         topics = self._logs.topics()
         await self._follow_topic_changes(self._known_topics, topics)
         self._known_topics = topics
-        brokers, owners = member.view.brokers, dict(member.view.owners)
-        if member.may_claim():
-            desired = await self._desired(tuple(sorted(brokers)), topics)
+        owners = dict(member.view.owners)
+        # Units are placed on the gateways that are not draining (this one's own flag counts
+        # at once, before etcd's watch brings it back).
+        live = tuple(sorted(node for node, broker in member.view.brokers.items()
+                            if not broker.draining and not (node == member.node_id and member.draining)))
+        if member.lease_valid() and member.node_id in member.view.brokers and live:
+            desired = await self._desired(live, topics)
             giving_up = [(unit, owner) for unit, owner in sorted(owners.items())
                          if member.holds(owner) and desired.get(unit) != member.node_id]
             if giving_up:
                 await self._release(giving_up)
-            claiming = [unit for unit, node in sorted(desired.items()) if node == member.node_id and unit not in owners]
-            await self._each(member.claim, claiming)
+            if member.may_claim():
+                claiming = [unit for unit, node in sorted(desired.items())
+                            if node == member.node_id and unit not in owners]
+                await self._each(member.claim, claiming)
         await self._sync_local()
 
     async def _each(self, operation: Callable[[Item], Awaitable[None]], items: Iterable[Item]) -> None:

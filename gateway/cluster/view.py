@@ -139,7 +139,7 @@ class ClusterView:
         data = json.loads(kv.value)
         node_id = self._node_id(kv)
         endpoints = tuple((str(name), str(host), int(port)) for name, host, port in data.get("listeners", []))
-        return node_id, Broker(node_id, data["host"], int(data["port"]), endpoints)
+        return node_id, Broker(node_id, data["host"], int(data["port"]), endpoints, bool(data.get("draining")))
 
     def _unit(self, kv: KeyValue) -> tuple[str, int]:
         topic, _, partition = kv.key[len(self._root + OWNERS):].rpartition("/")

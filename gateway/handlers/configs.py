@@ -58,8 +58,8 @@ def _broker_configs(ctx) -> list[tuple[str, str, int, int]]:
 
     topic_defaults = effective_configs({}, config)
     return [
-        option("node_id", "broker.id", _INT),
-        option("node_id", "node.id", _INT),
+        option("node_id", "broker.id", _INT, str(ctx.node_id)),
+        option("node_id", "node.id", _INT, str(ctx.node_id)),
         option("port", "listeners", _LIST, f"PLAINTEXT://{config.network.host}:{config.network.port}"),
         option("advertised_host", "advertised.listeners", _LIST, f"PLAINTEXT://{host}:{port}"),
         fixed("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT", _LIST),

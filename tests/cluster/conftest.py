@@ -30,24 +30,28 @@ def wait_until(condition, timeout: float, message, interval: float = 0.1) -> Non
 
 
 class Cluster:
-    def __init__(self, tmp_path, etcd: EtcdServer, s3_server, size: int = 3, etcd_endpoints: str = "") -> None:
+    def __init__(self, tmp_path, etcd: EtcdServer, s3_server, size: int = 3, etcd_endpoints: str = "",
+                 given_ids: bool = True) -> None:
         self.etcd = etcd  # the member the test reads owners from
         self.etcd_endpoints = etcd_endpoints or etcd.endpoint
         self.s3 = s3_server  # MotoServer or SeaweedServer
         self.location = s3_server.location()
         self.tmp_path = tmp_path
+        # Given ids: gateway i is node i. Otherwise each takes one from etcd (node_id auto).
+        self.given_ids = given_ids
         self.gateways = [self._gateway(i) for i in range(size)]
 
-    def _gateway(self, node_id: int) -> GatewayProcess:
+    def _gateway(self, index: int) -> GatewayProcess:
+        identity = ["--node-id", str(index)] if self.given_ids else []
         gateway = GatewayProcess(
-            self.tmp_path / f"gw{node_id}", "--storage", self.location, *self.s3.gateway_args(),
-            "--node-id", str(node_id), "--etcd-endpoints", self.etcd_endpoints,
+            self.tmp_path / f"gw{index}", "--storage", self.location, *self.s3.gateway_args(),
+            *identity, "--etcd-endpoints", self.etcd_endpoints,
             "--lease-ttl-ms", str(LEASE_MS), "--cluster-refresh-ms", "200",
             "--group-initial-rebalance-delay-ms", "0", "--log-level", "DEBUG",
             # Compaction and the janitor run throughout the failovers, not after them.
             "--compaction-delay-ms", str(COMPACTION_DELAY_MS), "--cleaner-backoff-ms", "300",
         )
-        gateway.log_path = self.tmp_path / f"gateway-{node_id}.log"
+        gateway.log_path = self.tmp_path / f"gateway-{index}.log"
         return gateway
 
     def add(self) -> GatewayProcess:
@@ -61,6 +65,14 @@ class Cluster:
 
     def live(self) -> list[GatewayProcess]:
         return [g for g in self.gateways if g.process is not None and g.process.poll() is None]
+
+    def node_ids(self) -> dict[int, int]:
+        """Kafka port → node id of every gateway registered in etcd."""
+        prefix = "/kafscale/kafscale/brokers/"
+        return {json.loads(v)["port"]: int(key[len(prefix):]) for key, v in self.etcd.get_prefix(prefix).items()}
+
+    def node_id(self, gateway: GatewayProcess) -> int:
+        return self.node_ids()[gateway.port]
 
     def owners(self, topic: str) -> dict[int, tuple[int, int]]:
         """partition → (node id, epoch), as recorded in etcd."""
