@@ -11,7 +11,7 @@ sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
 import trio  # noqa: E402
 
-from .config import ConfigError, load_config  # noqa: E402
+from .config import ConfigError, resolve_config  # noqa: E402
 from .heap import collect_rarely, return_large_buffers  # noqa: E402
 from .logsetup import setup_logging  # noqa: E402
 from .server import StartupError, serve  # noqa: E402
@@ -33,10 +33,14 @@ async def _run(config) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = load_config(argv)
+        loaded = resolve_config(argv)
     except ConfigError as exc:
         print(f"kafscale-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
+    if loaded.print_config:
+        sys.stdout.write(loaded.describe())
+        return 0
+    config = loaded.config
     setup_logging(config.logging.log_level, config.logging.log_format)
     return_large_buffers()
     collect_rarely()

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from kafscale import __version__
 from kafscale.storage_backends import S3Options, check_location
 
-__all__ = ["GatewayConfig", "ConfigError", "Listener", "load_config", "build_parser", "SECURITY_PROTOCOLS",
+__all__ = ["GatewayConfig", "ConfigError", "Listener", "LoadedConfig", "load_config", "resolve_config", "build_parser", "SECURITY_PROTOCOLS",
            "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
            "ClusterConfig", "LogConfig", "TopicsConfig", "GroupsConfig", "LfsConfig", "LimitsConfig", "LoggingConfig"]
 
@@ -565,6 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kafscale-gateway {__version__}")
     parser.add_argument("--config", metavar="FILE", help="TOML file with option = value lines")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration, where each value came from (secrets masked), and exit")
     for item in GatewayConfig.options():
         flag = "--" + item.name.replace("_", "-")
         kind = _field_type(item)
@@ -578,10 +580,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The configuration and where each option's value came from (``default``, the file,
+    ``env KAFSCALE_...`` or ``--flag``); ``print_config`` asks for it to be shown, not run."""
+
+    config: GatewayConfig
+    sources: dict[str, str]
+    print_config: bool
+
+    def describe(self) -> str:
+        """The effective options as TOML lines (secrets masked), each with its source."""
+        lines = []
+        for section, kind in SECTIONS.items():
+            lines.append(f"# [{section}] {kind.__doc__.splitlines()[0] if kind.__doc__ else ''}".rstrip())
+            for item in fields(kind):
+                value = self.config.option(item.name)
+                shown = '"***"' if item.metadata.get("secret") and value else _toml(value)
+                lines.append(f"{item.name} = {shown}  # {self.sources.get(item.name, 'default')}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    return resolve_config(argv, environ).config
+
+
+def resolve_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Defaults < TOML file < KAFSCALE_* environment < flags, validated, with each value's source."""
     environ = os.environ if environ is None else environ
     args = build_parser().parse_args(argv)
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     known = {item.name: item for item in GatewayConfig.options()}
     config_file = args.config or environ.get("KAFSCALE_CONFIG")
     if config_file:
@@ -597,12 +634,16 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
             if name not in known:
                 raise ConfigError(f"unknown option {key!r} in {config_file}")
             values[name] = _parse_value(name, _field_type(known[name]), raw, config_file)
+            sources[name] = f"file {config_file}"
     for name, item in known.items():
         env = "KAFSCALE_" + name.upper()
         if env in environ:
             values[name] = _parse_value(name, _field_type(item), environ[env], env)
+            sources[name] = f"env {env}"
     for name, item in known.items():
         raw = getattr(args, name)
         if raw is not None:
-            values[name] = _parse_value(name, _field_type(item), raw, "--" + name.replace("_", "-"))
-    return GatewayConfig.of(**values).validate()
+            flag = "--" + name.replace("_", "-")
+            values[name] = _parse_value(name, _field_type(item), raw, flag)
+            sources[name] = f"flag {flag}"
+    return LoadedConfig(GatewayConfig.of(**values).validate(), sources, args.print_config)

@@ -55,8 +55,8 @@ def test_gateways_without_node_ids_take_distinct_ones_and_a_dead_ones_only_after
         assert cluster.node_id(fourth) == 3
         assert time.monotonic() - killed_at < LEASE_MS / 1000, "the fourth took too long to start to prove this"
         # Once the lease is over, the id is free, and the next gateway takes it (the lowest free one).
-        wait_until(lambda: taken not in cluster.node_ids().values(), LEASE_MS / 1000 + 10,
-                   lambda: f"node {taken} still registered: {cluster.node_ids()}")
+        wait_until(lambda: taken not in cluster.node_ids().values(), LEASE_MS / 1000 + 10,  # noqa: B023 (called here)
+                   lambda: f"node {taken} still registered: {cluster.node_ids()}")  # noqa: B023
         fifth = cluster.add()
         assert cluster.node_id(fifth) == taken
         # Every live gateway leads some of a new topic's partitions, and clients are told all five.
@@ -105,8 +105,8 @@ def test_scaling_from_one_to_three_gateways_and_back_under_load(tmp_path, moto_s
             cluster.add()
             cluster.add()
             owners = cluster.wait_owned("scaling", 6, {0, 1, 2})
-            wait_until(lambda: {n for n, _ in cluster.owners("scaling").values()} == {0, 1, 2}, 30,
-                       lambda: cluster.owners("scaling"))
+            wait_until(lambda: {n for n, _ in cluster.owners("scaling").values()} == {0, 1, 2}, 30,  # noqa: B023
+                       lambda: cluster.owners("scaling"))  # noqa: B023 (called here)
             producer.wait_for(len(producer.acked()) + 2000)
             for gateway in cluster.gateways[1:]:
                 assert gateway.stop(signal.SIGTERM, timeout=60) == 0

@@ -87,3 +87,33 @@ def test_library_chatter_stays_below_the_gateways_events():
         assert logging.getLogger("kafscale.server").isEnabledFor(logging.INFO)
     finally:
         logging.getLogger().handlers[:] = []
+
+
+def test_print_config_shows_each_value_and_where_it_came_from_with_secrets_masked(tmp_path):
+    import os
+    import tomllib
+
+    config_file = tmp_path / "gateway.toml"
+    config_file.write_text('storage = "/srv/data"\nnode_id = 4\nlinger_ms = 7\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "kafscale.gateway.cli", "--config", str(config_file), "--linger-ms", "9",
+         "--print-config"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "KAFSCALE_ETCD_PASSWORD": "hunter2", "KAFSCALE_PORT": "9300"})
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(" = ")[0]: line for line in done.stdout.splitlines() if " = " in line}
+    assert lines["storage"] == f'storage = "/srv/data"  # file {config_file}'
+    assert lines["node_id"] == f'node_id = "4"  # file {config_file}'
+    assert lines["linger_ms"] == "linger_ms = 9  # flag --linger-ms"  # a flag wins over the file
+    assert lines["port"] == "port = 9300  # env KAFSCALE_PORT"
+    assert lines["etcd_password"] == 'etcd_password = "***"  # env KAFSCALE_ETCD_PASSWORD'
+    assert lines["host"] == 'host = "127.0.0.1"  # default'
+    assert "hunter2" not in done.stdout
+    # The output is a config file itself (every option, by its name).
+    shown = tomllib.loads(done.stdout)
+    assert shown["linger_ms"] == 9 and shown["storage"] == "/srv/data" and "http_port" in shown
+
+
+def test_a_node_id_that_is_neither_auto_nor_a_number_is_a_configuration_error():
+    done = _start("--node-id", "first")
+    assert done.returncode == 2 and "node_id must be auto or a number" in done.stderr, done.stderr
