@@ -44,7 +44,7 @@ command -v javac >/dev/null 2>&1 || { echo "javac (Java 17) is needed for the Ja
 export KAFSCALE_REQUIRE_CONTAINERS=1
 
 "$VENV/bin/ruff" check .
-"$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client lfs_sdk spark_connector
+"$VENV/bin/python" -m mypy protocol storage_backends gateway kafka_client admin lfs_sdk spark_connector
 
 # The log is kept so that a failure's summary can be repeated last: CI shows only the tail.
 log="$(mktemp -t kafscale-pytest.XXXXXX)"

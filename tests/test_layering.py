@@ -20,6 +20,8 @@ FORBIDDEN = {
     "storage_backends": ("kafscale.gateway", "kafscale.spark_connector"),
     "spark_connector": ("kafscale.gateway",),
     "kafka_client": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector"),
+    # The admin command talks the Kafka protocol only, as any tool of a user's would.
+    "admin": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector", "trio"),
     # The LFS SDK runs in users' producers and consumers: the pointer format and HTTP only.
     "lfs_sdk": ("kafscale.gateway", "kafscale.storage_backends", "kafscale.spark_connector", "kafscale.kafka_client"),
 }

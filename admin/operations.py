@@ -1,0 +1,197 @@
+"""What the admin command asks a cluster, one function per question, each returning plain
+rows (dicts) for the output: nothing here prints or parses arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kafscale.kafka_client import Cluster, ClusterError
+from kafscale.kafka_client.cluster import GROUP, TRANSACTION
+from kafscale.kafka_client.connection import BrokerConnection
+from kafscale.kafka_client.groups import commit_offsets, committed_offsets
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.errors import ErrorCode
+
+__all__ = ["brokers", "list_topics", "describe_topic", "create_topic", "delete_topic", "alter_topic_configs",
+           "list_groups", "describe_group", "reset_offsets", "list_transactions", "describe_transaction",
+           "end_offsets", "AdminError"]
+
+_TOPIC, _BROKER = 2, 4  # config resource types
+_EARLIEST, _LATEST = -2, -1
+
+
+class AdminError(Exception):
+    """The cluster refused or failed an operation; the message says which and why."""
+
+
+def _checked(code: int, what: str, message: str | None = None) -> None:
+    if code != ErrorCode.none:
+        raise AdminError(f"{what}: {ErrorCode(code).name}" + (f" ({message})" if message else ""))
+
+
+def _metadata(cluster: Cluster, topics: list[str] | None):
+    return cluster.call(cluster.any_broker(), ApiKey.METADATA, 12, {
+        "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+
+
+def brokers(cluster: Cluster) -> list[dict]:
+    answer = _metadata(cluster, [])
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+             "controller": b.node_id == answer.controller_id} for b in sorted(answer.brokers, key=lambda b: b.node_id)]
+
+
+def list_topics(cluster: Cluster, *, internal: bool = False) -> list[dict]:
+    answer = _metadata(cluster, None)
+    return [{"topic": t.name, "partitions": len(t.partitions), "internal": t.is_internal}
+            for t in sorted(answer.topics, key=lambda t: t.name) if internal or not t.is_internal]
+
+
+def end_offsets(cluster: Cluster, partitions: list[tuple[str, int]], which: int = _LATEST) -> dict[tuple[str, int], int]:
+    """Each partition's log end (``which`` -1) or log start (-2), asked of its leader."""
+    by_leader: dict[int, tuple[BrokerConnection, list[tuple[str, int]]]] = {}
+    for topic, partition in partitions:
+        leader = cluster.leader(topic, partition)
+        by_leader.setdefault(id(leader), (leader, []))[1].append((topic, partition))
+    found: dict[tuple[str, int], int] = {}
+    for leader, owned in by_leader.values():
+        topics: dict[str, list[dict]] = {}
+        for topic, partition in owned:
+            topics.setdefault(topic, []).append({"partition_index": partition, "current_leader_epoch": -1,
+                                                 "timestamp": which})
+        answer = cluster.call(leader, ApiKey.LIST_OFFSETS, 7, {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": name, "partitions": ps} for name, ps in topics.items()]})
+        for topic in answer.topics:
+            for result in topic.partitions:
+                _checked(result.error_code, f"ListOffsets {topic.name}-{result.partition_index}")
+                found[(topic.name, result.partition_index)] = result.offset
+    return found
+
+
+def describe_topic(cluster: Cluster, name: str) -> dict:
+    answer = _metadata(cluster, [name])
+    (topic,) = answer.topics
+    _checked(topic.error_code, f"topic {name}")
+    partitions = sorted(p.partition_index for p in topic.partitions)
+    starts = end_offsets(cluster, [(name, p) for p in partitions], _EARLIEST)
+    ends = end_offsets(cluster, [(name, p) for p in partitions], _LATEST)
+    leaders = {p.partition_index: p.leader_id for p in topic.partitions}
+    configs = cluster.call(cluster.any_broker(), ApiKey.DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": _TOPIC, "resource_name": name, "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False}).results[0]
+    _checked(configs.error_code, f"DescribeConfigs {name}", configs.error_message)
+    return {"topic": name, "topic_id": str(topic.topic_id), "internal": topic.is_internal,
+            "partitions": [{"partition": p, "leader": leaders[p], "log_start": starts[(name, p)],
+                            "log_end": ends[(name, p)]} for p in partitions],
+            "configs": {c.name: c.value for c in configs.configs if not c.is_sensitive}}
+
+
+def create_topic(cluster: Cluster, name: str, partitions: int, configs: dict[str, str]) -> dict:
+    answer = cluster.call(cluster.any_broker(), ApiKey.CREATE_TOPICS, 7, {
+        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": -1, "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+        "timeout_ms": 30_000, "validate_only": False})
+    (result,) = answer.topics
+    _checked(result.error_code, f"CreateTopics {name}", result.error_message)
+    return {"topic": name, "partitions": result.num_partitions, "created": True}
+
+
+def delete_topic(cluster: Cluster, name: str) -> dict:
+    answer = cluster.call(cluster.any_broker(), ApiKey.DELETE_TOPICS, 6, {
+        "topics": [{"name": name, "topic_id": None}], "timeout": 30_000})
+    (result,) = answer.responses
+    _checked(result.error_code, f"DeleteTopics {name}", result.error_message)
+    return {"topic": name, "deleted": True}
+
+
+def alter_topic_configs(cluster: Cluster, name: str, set_: dict[str, str], delete: list[str]) -> dict:
+    entries = [{"name": k, "config_operation": 0, "value": v} for k, v in set_.items()]
+    entries += [{"name": k, "config_operation": 1, "value": None} for k in delete]
+    answer = cluster.call(cluster.any_broker(), ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {
+        "resources": [{"resource_type": _TOPIC, "resource_name": name, "configs": entries}], "validate_only": False})
+    (result,) = answer.responses
+    _checked(result.error_code, f"IncrementalAlterConfigs {name}", result.error_message)
+    return {"topic": name, "set": set_, "deleted": delete}
+
+
+def list_groups(cluster: Cluster) -> list[dict]:
+    found: dict[str, dict] = {}
+    for node in list(brokers(cluster)):
+        answer = cluster.call(cluster.node(node["node_id"]), ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        _checked(answer.error_code, f"ListGroups on node {node['node_id']}")
+        for group in answer.groups:
+            found[group.group_id] = {"group": group.group_id, "protocol_type": group.protocol_type,
+                                     "state": group.group_state, "coordinator": node["node_id"]}
+    return [found[name] for name in sorted(found)]
+
+
+def describe_group(cluster: Cluster, group_id: str) -> dict:
+    """The group's state and members, and per partition it committed: committed offset,
+    log end and lag (end − committed)."""
+    answer = cluster.call(cluster.coordinator(GROUP, group_id), ApiKey.DESCRIBE_GROUPS, 5,
+                          {"groups": [group_id], "include_authorized_operations": False})
+    (group,) = answer.groups
+    _checked(group.error_code, f"DescribeGroups {group_id}")
+    fetched = cluster.call(cluster.coordinator(GROUP, group_id), ApiKey.OFFSET_FETCH, 8, {
+        "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}],
+        "require_stable": False}).groups[0]
+    _checked(fetched.error_code, f"OffsetFetch {group_id}")
+    committed = {(t.name, p.partition_index): p.committed_offset for t in fetched.topics for p in t.partitions
+                 if p.committed_offset >= 0}
+    ends = end_offsets(cluster, sorted(committed)) if committed else {}
+    return {"group": group_id, "state": group.group_state, "protocol_type": group.protocol_type,
+            "protocol": group.protocol_data,
+            "members": [{"member_id": m.member_id, "instance_id": m.group_instance_id, "client_id": m.client_id,
+                         "host": m.client_host} for m in group.members],
+            "offsets": [{"topic": topic, "partition": partition, "committed": offset,
+                         "log_end": ends[(topic, partition)], "lag": max(0, ends[(topic, partition)] - offset)}
+                        for (topic, partition), offset in sorted(committed.items())]}
+
+
+def reset_offsets(cluster: Cluster, group_id: str, topic: str, to: str, *,
+                  progress: Callable[[int, int], None] = lambda done, total: None) -> list[dict]:
+    """Set the group's offsets of every partition of ``topic`` to ``earliest``, ``latest`` or
+    a number. Kafka refuses it while the group has members (the group must be empty)."""
+    cluster.refresh([topic])
+    count = cluster.partition_count(topic)
+    partitions = [(topic, p) for p in range(count)]
+    if to in ("earliest", "latest"):
+        targets = end_offsets(cluster, partitions, _EARLIEST if to == "earliest" else _LATEST)
+    else:
+        targets = dict.fromkeys(partitions, int(to))
+    before = committed_offsets(cluster, group_id, partitions, require_stable=False)
+    try:
+        for done, chunk_start in enumerate(range(0, count, 100)):
+            chunk = partitions[chunk_start:chunk_start + 100]
+            commit_offsets(cluster, group_id, {tp: targets[tp] for tp in chunk})
+            progress(min(count, (done + 1) * 100), count)
+    except ClusterError as exc:
+        raise AdminError(f"resetting {group_id} on {topic}: {exc}"
+                         + (" (stop the group's consumers first)" if exc.code == ErrorCode.unknown_member_id
+                            or exc.code == ErrorCode.rebalance_in_progress else "")) from None
+    return [{"topic": t, "partition": p, "before": before.get((t, p)), "after": targets[(t, p)]}
+            for t, p in partitions]
+
+
+def list_transactions(cluster: Cluster) -> list[dict]:
+    found = []
+    for node in brokers(cluster):
+        answer = cluster.call(cluster.node(node["node_id"]), ApiKey.LIST_TRANSACTIONS, 1, {
+            "state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+        _checked(answer.error_code, f"ListTransactions on node {node['node_id']}")
+        found += [{"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.transaction_state,
+                   "coordinator": node["node_id"]} for t in answer.transaction_states]
+    return sorted(found, key=lambda row: row["transactional_id"])
+
+
+def describe_transaction(cluster: Cluster, transactional_id: str) -> dict:
+    answer = cluster.call(cluster.coordinator(TRANSACTION, transactional_id), ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                          {"transactional_ids": [transactional_id]})
+    (state,) = answer.transaction_states
+    _checked(state.error_code, f"DescribeTransactions {transactional_id}")
+    return {"transactional_id": transactional_id, "state": state.transaction_state, "producer_id": state.producer_id,
+            "producer_epoch": state.producer_epoch, "timeout_ms": state.transaction_timeout,
+            "start_ms": state.transaction_start_time,
+            "partitions": sorted(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)}
+

@@ -1,0 +1,110 @@
+"""kafscale-admin against a running gateway, checked against what real clients see:
+topics made and altered through it, a group's lag equal to what its consumer's own position
+says, offsets reset, an open transaction listed and described."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.support.gateway_process import GatewayProcess
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    process = GatewayProcess(tmp_path_factory.mktemp("admin") / "data").start()
+    yield process
+    process.kill()
+
+
+def admin(gateway, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "kafscale.admin.cli", "-b", gateway.bootstrap, *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == expect, done.stdout + done.stderr
+    return done
+
+
+def as_json(gateway, *args: str):
+    return json.loads(admin(gateway, "--json", *args).stdout)
+
+
+def test_topics_are_created_described_altered_and_deleted(gateway):
+    admin(gateway, "topics", "create", "ledger", "--partitions", "3", "--config", "cleanup.policy=compact")
+    assert {"topic": "ledger", "partitions": 3, "internal": False} in as_json(gateway, "topics", "list")
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for i in range(10):
+        producer.produce("ledger", key=b"k%d" % i, value=b"v", partition=1)
+    assert producer.flush(10) == 0
+    described = as_json(gateway, "topics", "describe", "ledger")
+    assert described["configs"]["cleanup.policy"] == "compact"
+    assert [(p["partition"], p["log_start"], p["log_end"]) for p in described["partitions"]] == [
+        (0, 0, 0), (1, 0, 10), (2, 0, 0)]
+    admin(gateway, "topics", "alter-configs", "ledger", "--set", "retention.ms=3600000", "--delete", "cleanup.policy")
+    configs = as_json(gateway, "topics", "describe", "ledger")["configs"]
+    assert configs["retention.ms"] == "3600000" and configs["cleanup.policy"] == "delete"
+    table = admin(gateway, "topics", "describe", "ledger").stdout
+    assert "PARTITION  LEADER  LOG_START  LOG_END" in table
+    refused = admin(gateway, "topics", "create", "ledger", expect=1)
+    assert "topic_already_exists" in refused.stderr.lower()
+    admin(gateway, "topics", "delete", "ledger")
+    gone = admin(gateway, "topics", "describe", "ledger", expect=1)
+    assert "unknown_topic_or_partition" in gone.stderr and "Traceback" not in gone.stderr
+
+
+def test_group_lag_equals_the_consumers_own_position_and_offsets_reset(gateway):
+    admin(gateway, "topics", "create", "orders", "--partitions", "2")
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for i in range(100):
+        producer.produce("orders", value=b"o%d" % i, partition=i % 2)
+    assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "billing",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["orders"])
+    read = 0
+    while read < 70:
+        message = consumer.poll(5)
+        assert message is not None
+        read += 1
+    consumer.commit(asynchronous=False)
+    positions = {tp.partition: tp.offset for tp in consumer.position([TopicPartition("orders", 0),
+                                                                       TopicPartition("orders", 1)])}
+    described = as_json(gateway, "groups", "describe", "billing")
+    assert described["state"] == "Stable" and len(described["members"]) == 1
+    lag = {row["partition"]: row["lag"] for row in described["offsets"]}
+    assert lag == {p: 50 - positions[p] for p in (0, 1)}
+    assert sum(lag.values()) == 30
+    # A group with members refuses a reset (as Kafka's tool says: stop the consumers first).
+    refused = admin(gateway, "groups", "reset-offsets", "billing", "--topic", "orders", "--to", "earliest", expect=1)
+    assert "billing" in refused.stderr
+    consumer.close()
+    assert {"group": "billing", "protocol_type": "consumer", "state": "Empty", "coordinator": 0} in \
+        as_json(gateway, "groups", "list")
+    reset = as_json(gateway, "groups", "reset-offsets", "billing", "--topic", "orders", "--to", "earliest")
+    assert [(r["partition"], r["before"], r["after"]) for r in reset] == [(0, positions[0], 0), (1, positions[1], 0)]
+    assert sum(row["lag"] for row in as_json(gateway, "groups", "describe", "billing")["offsets"]) == 100
+
+
+def test_an_open_transaction_is_listed_and_described(gateway):
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "payments-1"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("payments", value=b"p")
+    producer.flush(10)
+    listed = as_json(gateway, "transactions", "list")
+    assert [(t["transactional_id"], t["state"]) for t in listed] == [("payments-1", "Ongoing")]
+    described = as_json(gateway, "transactions", "describe", "payments-1")
+    assert described["state"] == "Ongoing" and described["partitions"] == ["payments-0"]
+    producer.commit_transaction(10)
+    assert as_json(gateway, "transactions", "describe", "payments-1")["state"] == "CompleteCommit"
+
+
+def test_brokers_and_an_unreachable_cluster(gateway):
+    (broker,) = as_json(gateway, "brokers")
+    assert (broker["port"], broker["controller"]) == (gateway.port, True)
+    done = subprocess.run([sys.executable, "-m", "kafscale.admin.cli", "-b", "127.0.0.1:1", "brokers"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "no broker reachable" in done.stderr and "Traceback" not in done.stderr
