@@ -71,11 +71,58 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--topic", required=True)
     reset.add_argument("--to", required=True, help="earliest, latest, or an offset")
 
-    transactions = commands.add_parser("transactions", help="list, describe").add_subparsers(
+    transactions = commands.add_parser("transactions", help="list, describe, find-hanging, abort").add_subparsers(
         dest="action", required=True)
     transactions.add_parser("list")
     transactions.add_parser("describe").add_argument("transactional_id")
+    transactions.add_parser("find-hanging", help="open transactions no coordinator will end").add_argument(
+        "--topic", required=True)
+    abort = transactions.add_parser("abort", help="write an abort marker for a hanging transaction")
+    abort.add_argument("--topic", required=True)
+    abort.add_argument("--partition", type=int, required=True)
+    abort.add_argument("--start-offset", type=int, required=True)
+
+    acls = commands.add_parser("acls", help="list, create, delete").add_subparsers(dest="action", required=True)
+    listed_acls = acls.add_parser("list")
+    listed_acls.add_argument("--resource-type", default="any", choices=_RESOURCE_TYPES + ("any",))
+    listed_acls.add_argument("--resource")
+    listed_acls.add_argument("--principal")
+    for action in ("create", "delete"):
+        acl = acls.add_parser(action)
+        acl.add_argument("--resource-type", required=True, choices=_RESOURCE_TYPES)
+        acl.add_argument("--resource", required=action == "create", help="name (cluster: kafka-cluster)")
+        acl.add_argument("--pattern", default="literal", choices=("literal", "prefixed"))
+        acl.add_argument("--principal", required=action == "create", help="User:name")
+        acl.add_argument("--host", default="*" if action == "create" else None)
+        acl.add_argument("--operation", required=action == "create",
+                         choices=_OPERATIONS if action == "create" else _OPERATIONS + ("any",))
+        acl.add_argument("--permission", default="allow" if action == "create" else "any",
+                         choices=("allow", "deny") if action == "create" else ("allow", "deny", "any"))
+
+    users = commands.add_parser("users", help="SCRAM users: list, upsert, delete").add_subparsers(
+        dest="action", required=True)
+    users.add_parser("list")
+    for action in ("upsert", "delete"):
+        user = users.add_parser(action, help="the password from KAFSCALE_ADMIN_USER_PASSWORD" if action == "upsert"
+                                else None)
+        user.add_argument("user")
+        user.add_argument("--mechanism", default="SCRAM-SHA-512", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))
+        if action == "upsert":
+            user.add_argument("--iterations", type=int, default=8192)
     return parser
+
+
+_RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id")
+_OPERATIONS = ("all", "read", "write", "create", "delete", "alter", "describe", "cluster_action", "describe_configs",
+               "alter_configs", "idempotent_write")
+
+
+def _password() -> str:
+    password = os.environ.get("KAFSCALE_ADMIN_USER_PASSWORD")
+    if not password:
+        raise argparse.ArgumentTypeError("set the new user's password in KAFSCALE_ADMIN_USER_PASSWORD "
+                                         "(never on the command line)")
+    return password
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -136,6 +183,26 @@ def _operation(args: argparse.Namespace) -> Callable[[Cluster], Any]:
             return operations.list_transactions
         case "transactions", "describe":
             return lambda c: operations.describe_transaction(c, args.transactional_id)
+        case "transactions", "find-hanging":
+            return lambda c: operations.find_hanging(c, args.topic)
+        case "transactions", "abort":
+            return lambda c: operations.abort_transaction(c, args.topic, args.partition, args.start_offset)
+        case "acls", "list":
+            return lambda c: operations.list_acls(c, args.resource_type, args.resource, args.principal)
+        case "acls", "create":
+            return lambda c: operations.create_acl(c, args.resource_type, args.resource, args.pattern, args.principal,
+                                                   args.host, args.operation, args.permission)
+        case "acls", "delete":
+            return lambda c: operations.delete_acls(c, args.resource_type, args.resource, args.pattern,
+                                                    args.principal, args.host, args.operation or "any",
+                                                    args.permission)
+        case "users", "list":
+            return operations.list_users
+        case "users", "upsert":
+            password = _password()
+            return lambda c: operations.upsert_user(c, args.user, password, args.mechanism, args.iterations)
+        case "users", "delete":
+            return lambda c: operations.delete_user(c, args.user, args.mechanism)
     raise AssertionError(f"unhandled command {args.command} {args.action}")
 
 

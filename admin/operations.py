@@ -3,18 +3,22 @@ rows (dicts) for the output: nothing here prints or parses arguments."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable
 
 from kafscale.kafka_client import Cluster, ClusterError
 from kafscale.kafka_client.cluster import GROUP, TRANSACTION
 from kafscale.kafka_client.connection import BrokerConnection
 from kafscale.kafka_client.groups import commit_offsets, committed_offsets
+from kafscale.protocol.acl_codes import Operation, PatternType, Permission, ResourceType
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
 
 __all__ = ["brokers", "list_topics", "describe_topic", "create_topic", "delete_topic", "alter_topic_configs",
            "list_groups", "describe_group", "reset_offsets", "list_transactions", "describe_transaction",
-           "end_offsets", "AdminError"]
+           "end_offsets", "list_acls", "create_acl", "delete_acls", "list_users", "upsert_user", "delete_user",
+           "find_hanging", "abort_transaction", "AdminError"]
 
 _TOPIC, _BROKER = 2, 4  # config resource types
 _EARLIEST, _LATEST = -2, -1
@@ -195,3 +199,130 @@ def describe_transaction(cluster: Cluster, transactional_id: str) -> dict:
             "start_ms": state.transaction_start_time,
             "partitions": sorted(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)}
 
+
+
+# -- ACLs and SCRAM users ---------------------------------------------------------------------
+
+def _acl_filter(resource_type: str, name: str | None, pattern: str, principal: str | None, host: str | None,
+                operation: str, permission: str) -> dict:
+    return {"resource_type_filter": ResourceType[resource_type.upper()], "resource_name_filter": name,
+            "pattern_type_filter": PatternType[pattern.upper()], "principal_filter": principal, "host_filter": host,
+            "operation": Operation[operation.upper()], "permission_type": Permission[permission.upper()]}
+
+
+def _acl_row(resource, acl) -> dict:
+    return {"resource_type": ResourceType(resource.resource_type).name, "resource": resource.resource_name,
+            "pattern": PatternType(resource.pattern_type).name, "principal": acl.principal, "host": acl.host,
+            "operation": Operation(acl.operation).name, "permission": Permission(acl.permission_type).name}
+
+
+def list_acls(cluster: Cluster, resource_type: str = "any", name: str | None = None,
+              principal: str | None = None) -> list[dict]:
+    answer = cluster.call(cluster.any_broker(), ApiKey.DESCRIBE_ACLS, 3,
+                          _acl_filter(resource_type, name, "any", principal, None, "any", "any"))
+    _checked(answer.error_code, "DescribeAcls", answer.error_message)
+    return [_acl_row(resource, acl) for resource in answer.resources for acl in resource.acls]
+
+
+def create_acl(cluster: Cluster, resource_type: str, name: str, pattern: str, principal: str, host: str,
+               operation: str, permission: str) -> dict:
+    creation = {"resource_type": ResourceType[resource_type.upper()], "resource_name": name,
+                "resource_pattern_type": PatternType[pattern.upper()], "principal": principal, "host": host,
+                "operation": Operation[operation.upper()], "permission_type": Permission[permission.upper()]}
+    (result,) = cluster.call(cluster.any_broker(), ApiKey.CREATE_ACLS, 3, {"creations": [creation]}).results
+    _checked(result.error_code, "CreateAcls", result.error_message)
+    return {"resource_type": resource_type.upper(), "resource": name, "pattern": pattern.upper(),
+            "principal": principal, "host": host, "operation": operation.upper(), "permission": permission.upper()}
+
+
+def delete_acls(cluster: Cluster, resource_type: str, name: str | None, pattern: str, principal: str | None,
+                host: str | None, operation: str, permission: str) -> list[dict]:
+    answer = cluster.call(cluster.any_broker(), ApiKey.DELETE_ACLS, 3, {"filters": [
+        _acl_filter(resource_type, name, pattern, principal, host, operation, permission)]})
+    (result,) = answer.filter_results
+    _checked(result.error_code, "DeleteAcls", result.error_message)
+    return [{"resource_type": ResourceType(m.resource_type).name, "resource": m.resource_name,
+             "pattern": PatternType(m.pattern_type).name, "principal": m.principal, "host": m.host,
+             "operation": Operation(m.operation).name, "permission": Permission(m.permission_type).name}
+            for m in result.matching_acls]
+
+
+_SCRAM = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+_SCRAM_NAMES = {code: name for name, (code, _) in _SCRAM.items()}
+
+
+def list_users(cluster: Cluster) -> list[dict]:
+    answer = cluster.call(cluster.any_broker(), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+    _checked(answer.error_code, "DescribeUserScramCredentials", answer.error_message)
+    rows = []
+    for result in sorted(answer.results, key=lambda r: r.user):
+        _checked(result.error_code, f"user {result.user}", result.error_message)
+        rows += [{"user": result.user, "mechanism": _SCRAM_NAMES.get(c.mechanism, str(c.mechanism)),
+                  "iterations": c.iterations} for c in result.credential_infos]
+    return rows
+
+
+def upsert_user(cluster: Cluster, user: str, password: str, mechanism: str, iterations: int = 8192) -> dict:
+    """Kafka's SCRAM credential: the salted password is derived here, so the password never
+    crosses the wire (as kafka-configs does)."""
+    code, digest = _SCRAM[mechanism]
+    salt = os.urandom(32)
+    salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+    answer = cluster.call(cluster.any_broker(), ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": [
+        {"name": user, "mechanism": code, "iterations": iterations, "salt": salt, "salted_password": salted}]})
+    (result,) = answer.results
+    _checked(result.error_code, f"user {user}", result.error_message)
+    return {"user": user, "mechanism": mechanism, "iterations": iterations}
+
+
+def delete_user(cluster: Cluster, user: str, mechanism: str) -> dict:
+    answer = cluster.call(cluster.any_broker(), ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
+        "deletions": [{"name": user, "mechanism": _SCRAM[mechanism][0]}], "upsertions": []})
+    (result,) = answer.results
+    _checked(result.error_code, f"user {user}", result.error_message)
+    return {"user": user, "mechanism": mechanism, "deleted": True}
+
+
+# -- hanging transactions ---------------------------------------------------------------------
+
+def _open_producers(cluster: Cluster, topic: str, partition: int) -> list:
+    answer = cluster.call(cluster.leader(topic, partition), ApiKey.DESCRIBE_PRODUCERS, 0, {
+        "topics": [{"name": topic, "partition_indexes": [partition]}]})
+    (result,) = answer.topics[0].partitions
+    _checked(result.error_code, f"DescribeProducers {topic}-{partition}", result.error_message)
+    return [p for p in result.active_producers if p.current_txn_start_offset >= 0]
+
+
+def find_hanging(cluster: Cluster, topic: str) -> list[dict]:
+    """Partitions' open transactions that no coordinator has as ongoing on that partition:
+    nothing will ever end them (Kafka's ``kafka-transactions.sh find-hanging``)."""
+    ongoing: set[tuple[int, str]] = set()
+    for listed in list_transactions(cluster):
+        if listed["state"] == "Ongoing":
+            described = describe_transaction(cluster, listed["transactional_id"])
+            ongoing.update((described["producer_id"], name) for name in described["partitions"])
+    rows = []
+    for partition in range(cluster.partition_count(topic)):
+        for producer in _open_producers(cluster, topic, partition):
+            if (producer.producer_id, f"{topic}-{partition}") not in ongoing:
+                rows.append({"topic": topic, "partition": partition, "producer_id": producer.producer_id,
+                             "producer_epoch": producer.producer_epoch,
+                             "start_offset": producer.current_txn_start_offset})
+    return rows
+
+
+def abort_transaction(cluster: Cluster, topic: str, partition: int, start_offset: int) -> dict:
+    """End the open transaction that starts at ``start_offset`` of the partition with an abort
+    marker, written by the partition's leader (WriteTxnMarkers, as Kafka's tool does)."""
+    found = [p for p in _open_producers(cluster, topic, partition) if p.current_txn_start_offset == start_offset]
+    if not found:
+        raise AdminError(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
+    producer = found[0]
+    answer = cluster.call(cluster.leader(topic, partition), ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [{
+        "producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch, "transaction_result": False,
+        "topics": [{"name": topic, "partition_indexes": [partition]}],
+        "coordinator_epoch": max(0, producer.coordinator_epoch)}]})
+    (result,) = answer.markers[0].topics[0].partitions
+    _checked(result.error_code, f"WriteTxnMarkers {topic}-{partition}")
+    return {"topic": topic, "partition": partition, "producer_id": producer.producer_id,
+            "start_offset": start_offset, "aborted": True}

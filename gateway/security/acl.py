@@ -12,9 +12,10 @@ Codes are Kafka's enums (AclOperation, ResourceType, PatternType, AclPermissionT
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from kafscale.protocol.acl_codes import Operation, PatternType, Permission, ResourceType
 
 __all__ = ["ResourceType", "PatternType", "Operation", "Permission", "AclBinding", "AclFilter", "Authorizer",
            "InvalidAcl", "CLUSTER_NAME", "SUPPORTED_OPERATIONS", "parse_principal"]
@@ -22,50 +23,6 @@ __all__ = ["ResourceType", "PatternType", "Operation", "Permission", "AclBinding
 CLUSTER_NAME = "kafka-cluster"
 WILDCARD = "*"
 _CACHE_LIMIT = 100_000
-
-
-class ResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class Operation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class Permission(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 # An ALLOW of the key also allows these.

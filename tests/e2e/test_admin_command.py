@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -108,3 +109,33 @@ def test_brokers_and_an_unreachable_cluster(gateway):
     done = subprocess.run([sys.executable, "-m", "kafscale.admin.cli", "-b", "127.0.0.1:1", "brokers"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "no broker reachable" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_open_transaction_is_found_only_when_hanging_and_can_be_aborted_by_hand(gateway):
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "refunds-1"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("refunds", value=b"r%d" % i, partition=0)
+    producer.flush(10)
+    # Its coordinator has it as ongoing: not hanging.
+    assert as_json(gateway, "transactions", "find-hanging", "--topic", "refunds") == []
+    wrong = admin(gateway, "transactions", "abort", "--topic", "refunds", "--partition", "0", "--start-offset", "1",
+                  expect=1)
+    assert "no open transaction starts at offset 1" in wrong.stderr
+    aborted = as_json(gateway, "transactions", "abort", "--topic", "refunds", "--partition", "0", "--start-offset", "0")
+    assert aborted["aborted"] is True
+    # The abort marker ends it on the partition: read_committed readers pass over its records.
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "refund-readers",
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("refunds", 0, 0)])
+    low, high = consumer.get_watermark_offsets(TopicPartition("refunds", 0), timeout=10)
+    assert high == 4  # three records and the marker, all below the last stable offset now
+    seen = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            seen.append(message.value())
+    consumer.close()
+    assert seen == []
