@@ -1,5 +1,5 @@
-"""The gateway's HTTP/1.1 listener: /metrics (Prometheus), /healthz, /readyz and the LFS
-endpoint (/lfs/...), over TLS when ``http_ssl`` is set (with the Kafka listeners'
+"""The gateway's HTTP/1.1 listener: /metrics (Prometheus), /healthz, /readyz, the status
+console (/, :mod:`.console`) and the LFS endpoint (/lfs/...), over TLS when ``http_ssl`` is set (with the Kafka listeners'
 certificate, reloaded the same way)."""
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kafscale.protocol.layout import META_PREFIX
 
+from .console import render, status
 from .context import GatewayContext
+from .http_auth import principal_of, require
 from .http_exchange import HttpError, HttpExchange, HttpPeer
 from .http_lfs import serve_lfs
+from .security.acl import CLUSTER_NAME, Operation, ResourceType
 from .security.tls import PrincipalMapper, TlsContext, TlsHandshakeFailed, tls_accept
 from .security.tls_stream import TlsStream
 
@@ -78,6 +81,12 @@ async def _route(ctx: GatewayContext, exchange: HttpExchange) -> None:
     elif path == "/readyz":
         ok, reason = await readiness(ctx)
         await exchange.respond(200 if ok else 503, reason.encode() + b"\n")
+    elif path == "/":
+        # The console shows the whole cluster's state: what Kafka's DESCRIBE on the cluster allows.
+        principal = await principal_of(ctx, exchange)
+        require(ctx, exchange, principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+        _, reason = await readiness(ctx)
+        await exchange.respond(200, render(await status(ctx, reason)), "text/html; charset=utf-8")
     else:
         raise HttpError(404, "not found")
 

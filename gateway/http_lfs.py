@@ -10,27 +10,22 @@
 - ``GET  /lfs/objects?bucket=&key=``: an object (READ on its topic): a redirect to a
   pre-signed URL on S3, the bytes themselves elsewhere.
 
-Clients authenticate with HTTP Basic (the users and passwords of SASL PLAIN and SCRAM), or
-with a client certificate on a TLS listener (http_ssl), mapped to a principal by the SSL
-listeners' rules; when any Kafka listener asks for SASL, an unauthenticated client is refused. The principal is then
-authorized by the ACLs exactly as a Kafka request of that principal would be.
+Clients authenticate as :mod:`.http_auth` says; the principal is then authorized by the
+ACLs exactly as a Kafka request of that principal would be.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import AsyncIterator
 
 from kafscale.storage_backends import InvalidKey, StorageError
 
-from .config import Listener
 from .context import GatewayContext
+from .http_auth import principal_of, require
 from .http_exchange import HttpError, HttpExchange
 from .lfs import LfsRefused
 from .lfs.objects import Part
-from .security.access import ANONYMOUS, Session
 from .security.acl import Operation, ResourceType
 
 __all__ = ["serve_lfs"]
@@ -38,36 +33,6 @@ __all__ = ["serve_lfs"]
 _DOWNLOAD_CHUNK = 4 * 2**20
 # RFC 6838 type/subtype names, and parameters after ';' in printable ASCII.
 _CONTENT_TYPE = re.compile(r"(?=.{3,255}$)[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(;[ -~]*)?")
-
-
-async def _principal(ctx: GatewayContext, exchange: HttpExchange) -> str:
-    header = exchange.headers.get("authorization", "")
-    if not header:
-        if exchange.peer.certificate_principal is not None:
-            return exchange.peer.certificate_principal  # mTLS on the HTTP listener (http_ssl)
-        if any(listener.sasl for listener in ctx.config.network.kafka_listeners):
-            raise HttpError(401, "credentials required (HTTP Basic, a SASL user's name and password)")
-        return ANONYMOUS
-    scheme, _, encoded = header.partition(" ")
-    try:
-        user, _, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        user = password = ""
-    if scheme.lower() != "basic" or not user or not await ctx.access.verify_password(user, password,
-                                                                                        exchange.peer.host):
-        if not any(listener.sasl for listener in ctx.config.network.kafka_listeners):
-            raise HttpError(401, "authentication failed: this gateway has no SASL listener, so clients are "
-                                 "anonymous and need no credentials; send none (or use a user it knows)")
-        raise HttpError(401, "authentication failed: invalid user name or password")
-    return f"User:{user}"
-
-
-def _require(ctx: GatewayContext, exchange: HttpExchange, principal: str, operation: Operation, topic: str) -> None:
-    listener = Listener("HTTP", "SSL" if exchange.peer.tls else "PLAINTEXT", ctx.config.network.http_host,
-                        ctx.config.network.http_port)
-    session = Session(listener, exchange.peer.host, principal)
-    if not ctx.access.allowed(session, operation, ResourceType.TOPIC, topic):
-        raise HttpError(403, f"{principal} may not {operation.name} topic {topic!r}")
 
 
 def _field(document: dict, name: str, kind: type, default=None):
@@ -94,17 +59,17 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
     lfs = ctx.lfs
     parts = exchange.path.strip("/").split("/")  # "lfs", ...
     method = exchange.method
-    principal = await _principal(ctx, exchange)
+    principal = await principal_of(ctx, exchange)
     if method == "GET" and len(parts) == 3 and parts[1] == "topics":
         topic = parts[2]
-        _require(ctx, exchange, principal, Operation.DESCRIBE, topic)
+        require(ctx, exchange, principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
         settings = lfs.lfs_policy(topic)
         await exchange.respond_json(200, {"topic": topic, "enabled": settings.enabled,
                                           "min_bytes": settings.min_bytes, "require_sdk": settings.require_sdk})
     elif method == "POST" and parts == ["lfs", "uploads"]:
         document = await exchange.json_body()
         topic = _field(document, "topic", str)
-        _require(ctx, exchange, principal, Operation.WRITE, topic)
+        require(ctx, exchange, principal, Operation.WRITE, ResourceType.TOPIC, topic)
         size = document.get("size")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
             raise HttpError(400, "size must be an int (or absent: a stream whose size is not known)")
@@ -139,7 +104,7 @@ async def _serve(ctx: GatewayContext, exchange: HttpExchange) -> None:
     elif method == "GET" and parts == ["lfs", "objects"]:
         bucket = exchange.query.get("bucket", [""])[0]
         key = exchange.query.get("key", [""])[0]
-        _require(ctx, exchange, principal, Operation.READ, lfs.owner_of(bucket, key))
+        require(ctx, exchange, principal, Operation.READ, ResourceType.TOPIC, lfs.owner_of(bucket, key))
         url = await lfs.download_url(bucket, key)
         if url is not None:
             await exchange.respond(307, b"", headers=[("Location", url)])

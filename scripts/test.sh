@@ -24,6 +24,8 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# The status console's tests render it in headless Chromium.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq

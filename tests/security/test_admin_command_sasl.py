@@ -71,3 +71,30 @@ def test_a_wrong_admin_password_is_a_clear_error(secure_gateway):
                           env={**os.environ, "KAFSCALE_ADMIN_PASSWORD": "wrong"})
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "authentication" in done.stderr.lower() or "sasl" in done.stderr.lower(), done.stderr
+
+
+def test_the_console_asks_for_credentials_and_describe_on_the_cluster(secure_gateway):
+    import base64
+    import urllib.error
+
+    from tests.support import console_page
+
+    gateway = secure_gateway
+    admin(gateway, "users", "upsert", "viewer", password="view-only-7")
+
+    def status_of(user: str | None, password: str = "") -> int:
+        headers = {} if user is None else {
+            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+        try:
+            console_page.fetch(gateway.process.http_port, headers)
+            return 200
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert status_of(None) == 401  # a SASL listener: anonymous clients are refused
+    assert status_of("viewer", "wrong") == 401
+    assert status_of("viewer", "view-only-7") == 403  # authenticated, but no DESCRIBE on the cluster
+    admin(gateway, "acls", "create", "--resource-type", "cluster", "--resource", "kafka-cluster",
+          "--principal", "User:viewer", "--operation", "describe")
+    assert status_of("viewer", "view-only-7") == 200
+    assert status_of(ADMIN, ADMIN_PASSWORD) == 200  # a super user
