@@ -85,8 +85,8 @@ def steady_load(cluster, topic: str, tmp_path, what: str):
     counts = verify(cluster, topic, 6, acked)
     print(f"{what}: {counts}, longest produce stall {longest:.2f} s")
     assert counts["stored"] >= counts["acked"] and counts["duplicated"] == 0, counts
-    # Drained gateways hand over at once: a partition left to its owner's lease would stall
-    # producers for at least the lease (3 s) and a refresh.
+    # Drained gateways hand over at once: a partition left to wait for its owner's lease to
+    # end (as a killed gateway's does) would stall producers for at least the lease (3 s).
     assert longest < LEASE_MS / 1000, f"longest produce stall {longest:.2f} s"
 
 
