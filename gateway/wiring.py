@@ -43,7 +43,7 @@ from .logs import LogManager
 from .maintenance import MaintenanceFailures
 from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
 from .metrics import Metrics
-from .ownership import Broker, Endpoint, SoleGateway
+from .ownership import Endpoint, SoleGateway
 from .security.access import Access
 from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
 from .storage import AsyncStore
@@ -230,7 +230,7 @@ async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[En
     etcd = _etcd_client(config)
     root = cluster_root(config.cluster.etcd_prefix, config.network.cluster_id)
     ttl_s = max(2, -(-config.cluster.lease_ttl_ms // 1000))
-    node = NodeLease(etcd, root, ttl_s, requested, Broker(-1, host, port, endpoints))
+    node = NodeLease(etcd, root, ttl_s, requested, host, port, endpoints)
     try:
         async with held_node(node, wait_s=ttl_s + 2):
             yield _clustered(config, store, etcd, root, node)

@@ -23,7 +23,7 @@ from typing import Literal
 
 import trio
 
-from ..ownership import Broker
+from ..ownership import Broker, Endpoint
 from .etcd import Compare, EtcdClient, EtcdError, put_op, range_op
 
 __all__ = ["NodeLease", "NodeIdTaken", "held_node", "LEASE_SAFETY_S"]
@@ -52,13 +52,13 @@ class NodeLease:
     """The node id this gateway holds and the etcd lease it holds it under."""
 
     def __init__(self, etcd: EtcdClient, root: str, ttl_s: int, requested: int | Literal["auto"],
-                 address: Broker) -> None:
+                 host: str, port: int, endpoints: tuple[Endpoint, ...]) -> None:
         self._etcd = etcd
         self._prefix = root + BROKERS
         self.ttl_s = ttl_s
         self.requested = requested
-        self._address = address  # its node_id is replaced by the claimed one
-        self.node_id = -1  # set by claim()
+        self._host, self._port, self._endpoints = host, port, endpoints  # where clients reach this gateway
+        self.node_id = -1  # set by claim(), before anything reads it (held_node)
         self.lease = 0
         self.deadline = 0.0
         self.draining = False
@@ -66,7 +66,10 @@ class NodeLease:
 
     @property
     def broker(self) -> Broker:
-        return Broker(self.node_id, self._address.host, self._address.port, self._address.endpoints)
+        return self._as(self.node_id)
+
+    def _as(self, node_id: int) -> Broker:
+        return Broker(node_id, self._host, self._port, self._endpoints)
 
     def valid(self) -> bool:
         return trio.current_time() < self.deadline
@@ -82,17 +85,19 @@ class NodeLease:
             candidates = [self.requested] if self.requested != "auto" else await self._free_ids()
             for node_id in candidates:
                 key = f"{self._prefix}{node_id}"
-                value = broker_record(Broker(node_id, self._address.host, self._address.port,
-                                             self._address.endpoints), draining=self.draining)
+                value = broker_record(self._as(node_id), draining=self.draining)
                 created, responses = await self._etcd.txn([Compare(key, "CREATE", 0)], [put_op(key, value, lease)],
                                                           [range_op(key)])
                 if created:
                     self.node_id, self.lease, self.deadline = node_id, lease, sent + self.ttl_s - LEASE_SAFETY_S
                     self.claims += 1
                     log.info("joined the cluster as node %d (%s:%d), lease %x, ttl %d s",
-                             node_id, self._address.host, self._address.port, lease, self.ttl_s)
+                             node_id, self._host, self._port, lease, self.ttl_s)
                     return
             await self._etcd.lease_revoke(lease)
+            if self.requested == "auto":
+                await trio.sleep(0.1)  # other gateways took those ids at the same moment: look again
+                continue
             holder = responses[0][0].value.decode() if responses and responses[0] else "?"
             if trio.current_time() > deadline:
                 raise NodeIdTaken(f"node id {self.requested} is taken by a live gateway ({holder})")
