@@ -49,10 +49,15 @@ class BackgroundProducer:
         with open(self.path) as handle:
             return [json.loads(line) for line in handle if line.endswith("\n")]
 
+    def acked_count(self) -> int:
+        """How many acknowledgements so far (lines counted, not parsed: the file grows large)."""
+        with open(self.path, "rb") as handle:
+            return handle.read().count(b"\n")
+
     def wait_for(self, count: int, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
-        while len(self.acked()) < count:
-            assert time.monotonic() < deadline, f"only {len(self.acked())} of {count} acks after {timeout}s"
+        while self.acked_count() < count:
+            assert time.monotonic() < deadline, f"only {self.acked_count()} of {count} acks after {timeout}s"
             assert self.process.poll() is None, "the producer died"
             time.sleep(0.05)
 
@@ -204,7 +209,7 @@ def kill_one_gateway_mid_produce(cluster, tmp_path, idempotent: bool) -> None:
         killed_at = time.monotonic()
         owners = cluster.wait_owned("failover", 6, {0, 2}, timeout=LEASE_MS / 1000 + 10)
         moved_after = time.monotonic() - killed_at
-        before = len(producer.acked())
+        before = producer.acked_count()
         producer.wait_for(before + 3000)  # the client carries on through the other two
     finally:
         acked = producer.stop()
@@ -232,13 +237,13 @@ def test_gateway_paused_past_its_lease_is_fenced_and_loses_nothing(cluster, tmp_
         victim.process.send_signal(signal.SIGSTOP)  # mid-produce: its writes are in flight
         owners = cluster.wait_owned("paused", 6, {0, 1}, timeout=LEASE_MS / 1000 + 10)
         assert all(node != 2 for node, _ in owners.values())
-        producer.wait_for(len(producer.acked()) + 2000)
+        producer.wait_for(producer.acked_count() + 2000)
         victim.process.send_signal(signal.SIGCONT)  # wakes up believing it still owns partitions
         # It notices its lease is gone, joins again and takes back its share.
         cluster.wait_owned("paused", 6, {0, 1, 2})
         wait_until(lambda: any(node == 2 for node, _ in cluster.owners("paused").values()), 30,
                    "the resumed gateway never took partitions back")
-        producer.wait_for(len(producer.acked()) + 2000)
+        producer.wait_for(producer.acked_count() + 2000)
     finally:
         victim.process.send_signal(signal.SIGCONT)
         acked = producer.stop()
@@ -255,7 +260,7 @@ def test_etcd_restart_the_gateways_recover(cluster, tmp_path):
     try:
         producer.wait_for(1000)
         cluster.etcd.restart(down_s=2.0)
-        producer.wait_for(len(producer.acked()) + 2000, timeout=90)
+        producer.wait_for(producer.acked_count() + 2000, timeout=90)
         wait_until(lambda: all(ready(g) for g in cluster.gateways), 30, "gateways not ready after etcd came back")
     finally:
         acked = producer.stop()
@@ -322,7 +327,7 @@ def test_a_joining_gateway_takes_its_share_and_clients_follow(cluster, tmp_path)
         cluster.add()
         spread = lambda: sorted(sum(1 for n, _ in cluster.owners("grow").values() if n == node) for node in range(4))  # noqa: E731
         wait_until(lambda: spread() == [2] * 4, 30, lambda: f"not rebalanced: {cluster.owners('grow')}")
-        producer.wait_for(len(producer.acked()) + 2000)
+        producer.wait_for(producer.acked_count() + 2000)
     finally:
         acked = producer.stop()
     verify(cluster, "grow", 8, acked)
@@ -397,11 +402,11 @@ def test_sigterm_hands_partitions_over_at_once(cluster, tmp_path):
         assert stopping.process.wait(20) == 0
         owners = cluster.wait_owned("rolling", 6, {1, 2}, timeout=LEASE_MS / 1000 + 10)
         moved_after = time.monotonic() - stopped_at
-        producer.wait_for(len(producer.acked()) + 2000)
+        producer.wait_for(producer.acked_count() + 2000)
         stopping.start()  # back, and it takes its share again
         wait_until(lambda: any(node == 0 for node, _ in cluster.owners("rolling").values()), 20,
                    lambda: cluster.owners("rolling"))
-        producer.wait_for(len(producer.acked()) + 2000)
+        producer.wait_for(producer.acked_count() + 2000)
     finally:
         acked = producer.stop()
     assert any(node == 0 for node, _ in before.values())

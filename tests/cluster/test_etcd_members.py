@@ -20,12 +20,12 @@ def test_losing_one_etcd_member_changes_nothing_for_clients(tmp_path, moto_serve
             try:
                 producer.wait_for(2000)
                 members[0].stop()  # kill -9 one member; the other two keep a quorum
-                producer.wait_for(len(producer.acked()) + 2000)
+                producer.wait_for(producer.acked_count() + 2000)
                 # Leases, watches and ownership still work: a gateway dying now still fails over.
                 cluster.gateways[2].process.send_signal(signal.SIGKILL)
                 cluster.gateways[2].process.wait()
                 cluster.wait_owned("quorum", 6, {0, 1}, timeout=LEASE_MS / 1000 + 10)
-                producer.wait_for(len(producer.acked()) + 2000)
+                producer.wait_for(producer.acked_count() + 2000)
                 assert ready(cluster.gateways[0]) and ready(cluster.gateways[1])
             finally:
                 acked = producer.stop()

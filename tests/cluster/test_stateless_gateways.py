@@ -97,12 +97,12 @@ def test_a_rolling_restart_under_load_loses_and_duplicates_nothing(tmp_path, mot
         with steady_load(cluster, "rolling", tmp_path, "rolling restart of 3 gateways") as producer:
             for old in list(cluster.gateways[:3]):
                 cluster.add()  # a surge pod first, as a Deployment's rolling update does
-                producer.wait_for(len(producer.acked()) + 1000)
+                producer.wait_for(producer.acked_count() + 1000)
                 started = time.monotonic()
                 assert old.stop(signal.SIGTERM, timeout=60) == 0
                 print(f"gateway on {old.port} drained and stopped in {time.monotonic() - started:.2f} s")
                 cluster.wait_owned("rolling", 6, set(cluster.node_ids().values()), timeout=30)
-                producer.wait_for(len(producer.acked()) + 1000)
+                producer.wait_for(producer.acked_count() + 1000)
 
 
 def test_scaling_from_one_to_three_gateways_and_back_under_load(tmp_path, moto_server, etcd, request):
@@ -114,9 +114,9 @@ def test_scaling_from_one_to_three_gateways_and_back_under_load(tmp_path, moto_s
             cluster.add()
             wait_until(lambda: {n for n, _ in cluster.owners("scaling").values()} == {0, 1, 2}, 30,  # noqa: B023
                        lambda: cluster.owners("scaling"))  # noqa: B023 (called here)
-            producer.wait_for(len(producer.acked()) + 2000)
+            producer.wait_for(producer.acked_count() + 2000)
             for gateway in cluster.gateways[1:]:
                 assert gateway.stop(signal.SIGTERM, timeout=60) == 0
             owners = cluster.wait_owned("scaling", 6, {0}, timeout=30)
             assert {n for n, _ in owners.values()} == {0}
-            producer.wait_for(len(producer.acked()) + 2000)
+            producer.wait_for(producer.acked_count() + 2000)
