@@ -9,7 +9,7 @@ from .budget import RequestMemory
 from .config import GatewayConfig
 from .groups import GroupCoordinator
 from .lfs import LfsService
-from .logs import LogManager
+from .log import LogManager
 from .metrics import Metrics
 from .ownership import Broker, Ownership
 from .security.access import Access, ClientAccess, Session

@@ -39,7 +39,7 @@ from .groups.coordinator import GroupSettings
 from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic
 from .lfs import LfsService
 from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
-from .logs import LogManager
+from .log import LogManager
 from .maintenance import MaintenanceFailures
 from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
 from .metrics import Metrics

@@ -4,7 +4,7 @@ and for Spark.
 In the manner of h11, a reader does no I/O. It is a generator that yields a *step*, the
 list of reads it needs now (independent of each other, so a driver may run them
 concurrently), and is sent back their answers in the same order; it returns what it
-read. The gateway drives readers on trio (``gateway/stored_log.py``), Spark with a
+read. The gateway drives readers on trio (``gateway/log/stored_log.py``), Spark with a
 thread pool (``spark_connector/stored_log.py``); both apply the same rules:
 
 - a partition's segments are listed and each one's last offset is read from its

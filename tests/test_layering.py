@@ -148,10 +148,10 @@ LEAVES = {
     "kafscale.gateway.cluster.etcd": set(),
     "kafscale.gateway.config": set(),
     "kafscale.gateway.storage": set(),
-    "kafscale.gateway.damage": set(),
+    "kafscale.gateway.log.damage": set(),
     "kafscale.gateway.metrics": set(),
     "kafscale.gateway.budget": set(),
-    "kafscale.gateway.cache": set(),
+    "kafscale.gateway.log.cache": set(),
 }
 
 
@@ -199,3 +199,26 @@ def test_only_the_partition_log_changes_its_state():
                             and part.value.id == "partition_log":
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno} sets partition_log.{part.attr}")
     assert found == []
+
+
+LOG_ENGINE = "kafscale.gateway.log"
+
+
+def _reaching_into_the_log(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of the log engine's inner modules from outside it (its face is the package)."""
+    inside = LOG_ENGINE + "."
+    return {(module, target) for module, targets in graph.items()
+            if module != LOG_ENGINE and not module.startswith(inside)
+            for target in targets if target.startswith(inside)}
+
+
+def test_the_log_engine_is_reached_only_through_its_face():
+    assert _reaching_into_the_log(_graph(("gateway",))) == set()
+
+
+def test_the_face_check_sees_an_import_of_an_inner_module():
+    """The check itself can fail: a handler importing ``log.partition_log`` is found."""
+    graph = {"kafscale.gateway.handlers.produce": {"kafscale.gateway.log.partition_log"},
+             "kafscale.gateway.context": {LOG_ENGINE}}
+    assert _reaching_into_the_log(graph) == {("kafscale.gateway.handlers.produce",
+                                               "kafscale.gateway.log.partition_log")}

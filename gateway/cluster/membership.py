@@ -16,7 +16,7 @@ owner key) and claiming one (a transaction that creates the owner key under the
 lease and bumps the epoch).
 
 Safety does not depend on timing: ownership only routes traffic. What a former
-owner can store is decided by seals in its log-object slots (gateway/fencing.py,
+owner can store is decided by seals in its log-object slots (gateway/log/fencing.py,
 docs/formats.md "Commit and fencing"), and a partition log writes only under the
 leader epoch it was loaded under.
 """

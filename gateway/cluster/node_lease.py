@@ -6,7 +6,7 @@ ends, and the next gateway to claim one gets the lowest free id. Nothing else ab
 a gateway is its own: pods of a Deployment start with no id and take one here.
 
 The id is claimed before anything is stored under it: at start a gateway seals the
-log writers of earlier holders of its id (gateway/fencing.py), which is safe only
+log writers of earlier holders of its id (gateway/log/fencing.py), which is safe only
 once their lease is over. The lease is kept alive from the claim until the gateway
 has stopped (:func:`held_node`); a gateway cut off past its lease claims its own id
 again, and stops if another gateway took it meanwhile (an orchestrator starts it

@@ -19,7 +19,7 @@ import trio
 from kafscale.protocol.errors import KafkaError
 
 from ..groups import GroupCoordinator
-from ..logs import LogManager
+from ..log import LogManager
 from ..metadata import TopicInfo
 from ..ownership import GROUP_UNIT
 from .etcd import EtcdError

@@ -10,7 +10,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..logs import INTERNAL_TOPICS
+from ..log import INTERNAL_TOPICS
 from ..security.acl import Operation
 from .base import check_leader_epoch, register, respond
 

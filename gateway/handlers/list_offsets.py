@@ -7,8 +7,8 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..log import max_timestamp_offset, offset_for_timestamp
 from ..security.acl import Operation
-from ..timestamps import max_timestamp_offset, offset_for_timestamp
 from .base import check_leader_epoch, register, respond
 
 LATEST = -1

@@ -13,7 +13,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..logs import INTERNAL_TOPICS
+from ..log import INTERNAL_TOPICS
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 

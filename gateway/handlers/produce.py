@@ -26,8 +26,7 @@ from kafscale.protocol.response_fields import Endpoint
 
 from ..context import RequestContext
 from ..lfs import LfsRecordsRefused
-from ..logs import INTERNAL_TOPICS
-from ..partition_log import FlushTicket, PartitionLog
+from ..log import INTERNAL_TOPICS, FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
 from .base import Completion, Ready, leader_hint, register

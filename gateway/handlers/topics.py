@@ -9,7 +9,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..logs import INTERNAL_TOPICS
+from ..log import INTERNAL_TOPICS
 from ..security.acl import Operation
 from ..topic_configs import validate_topic_configs
 from .base import register, respond

@@ -11,7 +11,7 @@ from kafscale.protocol.records import BATCH_HEADER_SIZE, BatchHeader, parse_batc
 from kafscale.protocol.transactions import TxnState
 
 from ..context import RequestContext
-from ..partition_log import PartitionLog
+from ..log import PartitionLog
 
 __all__ = ["VerifiedBatch", "verify_transaction"]
 

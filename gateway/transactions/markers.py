@@ -18,7 +18,7 @@ from kafscale.protocol.transactions import Transaction, TxnState
 
 from ..groups import GroupCoordinator
 from ..groups.store import CommittedOffset
-from ..logs import LogManager
+from ..log import LogManager
 
 __all__ = ["GatewayMarkers"]
 

@@ -149,7 +149,7 @@ def test_kill_9_during_merging_loses_and_duplicates_nothing(tmp_path):
     """A trickle makes a small segment per compaction (every 20 ms) and the gateway merges
     runs of them; kill -9 at several moments. Every acknowledged message is stored once, at
     its offset, and the merges go on until no run is left."""
-    from kafscale.gateway.merging import merge_run
+    from kafscale.gateway.log.merging import merge_run
     from kafscale.protocol.log_view import SEGMENT, Piece
     from kafscale.protocol.segment import read_segment
     from tests.support.gateway_process import GatewayProcess

@@ -4,7 +4,7 @@ cancelled or failed load never leaves readers waiting."""
 import pytest
 import trio
 
-from kafscale.gateway.cache import ByteLRU
+from kafscale.gateway.log.cache import ByteLRU
 
 
 async def test_concurrent_readers_share_one_load(nursery):

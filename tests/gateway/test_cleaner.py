@@ -172,7 +172,7 @@ async def test_records_keep_their_bytes_and_timestamps(nursery):
 async def test_a_cleaner_that_lost_the_partition_before_its_rewrite_publishes_nothing(nursery):
     """Another gateway took the partition over (a newer epoch) after this one mapped the
     keys: every rewrite is asked of ownership first, so nothing is written."""
-    from kafscale.gateway.cleaner import CleanerStats, Progress, clean
+    from kafscale.gateway.log.cleaner import CleanerStats, Progress, clean
 
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)

@@ -4,8 +4,8 @@ every directory (what it was computed as before)."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafscale.gateway.damage import DamageReport
-from kafscale.gateway.log_objects import LogObjects
+from kafscale.gateway.log.damage import DamageReport
+from kafscale.gateway.log.log_objects import LogObjects
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol.log_object import KIND_DATA, KIND_SEAL, LogEntry, LogObjectDirectory
 from kafscale.storage_backends import MemoryBackend

@@ -3,10 +3,10 @@
 import pytest
 import trio
 
-from kafscale.gateway.compaction import compact
-from kafscale.gateway.merging import MERGE_MIN, delete_redundant, merge, merge_run
+from kafscale.gateway.log.compaction import compact
+from kafscale.gateway.log.merging import MERGE_MIN, delete_redundant, merge, merge_run
+from kafscale.gateway.log.timestamps import offset_for_timestamp
 from kafscale.gateway.storage import AsyncStore
-from kafscale.gateway.timestamps import offset_for_timestamp
 from kafscale.protocol.index import SegmentIndex
 from kafscale.protocol.layout import index_key, parse_segment_key, segment_key
 from kafscale.protocol.log_view import SEGMENT, Piece
@@ -181,7 +181,7 @@ async def test_segments_of_the_previous_format_are_merged(store, nursery):
 
 
 async def test_a_merged_segment_over_the_index_threshold_gets_its_index(store, nursery, monkeypatch):
-    from kafscale.gateway import merging
+    from kafscale.gateway.log import merging
 
     monkeypatch.setattr(merging, "INDEX_MIN_BYTES", 0)  # these small segments count as large here
     node, log = await _small_segments(store, nursery)

@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 import trio
 
-from kafscale.gateway.cache import ByteLRU
-from kafscale.gateway.compaction import Compactor, compact
 from kafscale.gateway.config import GatewayConfig
-from kafscale.gateway.logs import shared_log
+from kafscale.gateway.log.cache import ByteLRU
+from kafscale.gateway.log.compaction import Compactor, compact
+from kafscale.gateway.log.logs import shared_log
+from kafscale.gateway.log.partition_log import AppendedEntry, LogSettings, PartitionLog
+from kafscale.gateway.log.recovery import recover
+from kafscale.gateway.log.timestamps import offset_for_timestamp
 from kafscale.gateway.maintenance import MaintenanceFailures
 from kafscale.gateway.ownership import SoleGateway
-from kafscale.gateway.partition_log import AppendedEntry, LogSettings, PartitionLog
-from kafscale.gateway.recovery import recover
 from kafscale.gateway.storage import AsyncStore
-from kafscale.gateway.timestamps import offset_for_timestamp
 from kafscale.protocol import ErrorCode, KafkaError, build_batch, iter_records
 from kafscale.protocol.layout import log_prefix, parse_segment_key, segment_key
 from kafscale.protocol.log_object import EntryBatches
@@ -339,7 +339,7 @@ class _Manager:
 
 
 async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_objects(store, nursery):
-    from kafscale.gateway.compaction import Compactor
+    from kafscale.gateway.log.compaction import Compactor
 
     settings = replace(SETTINGS, segment_bytes=2048)
     node = await Node(store, settings=settings).start(nursery)
@@ -387,7 +387,7 @@ class CountingReads(MemoryBackend):
 
 
 async def test_a_large_segment_is_read_in_windows_its_index_bounds(nursery, monkeypatch):
-    from kafscale.gateway import compaction, partition_log
+    from kafscale.gateway.log import compaction, partition_log
 
     monkeypatch.setattr(partition_log, "WINDOW_BYTES", 1024)
     monkeypatch.setattr(compaction, "INDEX_MIN_BYTES", 1024)
@@ -422,7 +422,7 @@ async def test_a_large_segment_is_read_in_windows_its_index_bounds(nursery, monk
 
 async def test_windows_of_a_cleaned_segment_read_across_its_gaps(nursery, monkeypatch):
     """A gap left by cleaning at a window's end: the next window is read, never the same again."""
-    from kafscale.gateway import partition_log
+    from kafscale.gateway.log import partition_log
     from kafscale.protocol.index import build_index
     from kafscale.protocol.layout import index_key
     from kafscale.protocol.segment import read_segment
@@ -454,7 +454,7 @@ async def test_windows_of_a_cleaned_segment_read_across_its_gaps(nursery, monkey
 
 async def test_compaction_takes_at_most_its_share_of_time(autojump_clock, monkeypatch):
     """After each segment the compactor pauses so that its work is at most its time share."""
-    from kafscale.gateway import compaction
+    from kafscale.gateway.log import compaction
 
     written = []
 
@@ -596,7 +596,7 @@ async def test_a_torn_last_segment_is_moved_aside(store, nursery):
 async def test_the_janitor_never_deletes_a_seal_ahead_of_its_writer(store, nursery):
     """A seal put in the slot this writer will write next must stay until the writer meets
     it: deleting it would let the writer store a partition another gateway took over."""
-    from kafscale.gateway.compaction import Compactor
+    from kafscale.gateway.log.compaction import Compactor
 
     a = await Node(store, node_id=0, alone=False).start(nursery)
     b = await Node(store, node_id=1, alone=False).start(nursery)
@@ -619,7 +619,7 @@ async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(monkeypatch
     clock says, so a PUT held in the network past everything still finds its slot taken."""
     import threading
 
-    from kafscale.gateway import compaction
+    from kafscale.gateway.log import compaction
 
     backend = DelayedPuts()
     store = AsyncStore(backend, 4)
@@ -699,8 +699,8 @@ async def test_appends_accepted_under_a_lost_epoch_are_never_written(nursery):
 async def test_offset_for_timestamp_reads_one_index_span_not_the_segment(store, nursery, monkeypatch):
     """Issue 21: ListOffsets by timestamp uses the sparse index's offset entries, so a large
     segment is not read whole (the gateway used to load it, then look inside)."""
-    from kafscale.gateway import compaction
-    from kafscale.gateway.compaction import Compactor
+    from kafscale.gateway.log import compaction
+    from kafscale.gateway.log.compaction import Compactor
 
     monkeypatch.setattr(compaction, "INDEX_MIN_BYTES", 0)  # index every segment (8 MiB and up in production)
     node = await Node(store, settings=replace(SETTINGS, segment_bytes=1 << 20, index_interval=20)).start(nursery)

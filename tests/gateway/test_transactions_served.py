@@ -434,8 +434,8 @@ async def test_a_damaged_transaction_state_is_rebuilt_from_the_whole_log(nursery
             await trio.sleep(0.01)
     (state,) = list(tmp_path.rglob("transactions.json"))
     state.write_bytes(b'{"version": 1, "open": [')  # torn
-    from kafscale.gateway import recovery
     from kafscale.gateway.http import readiness
+    from kafscale.gateway.log import recovery
 
     release = trio.Event()
     rebuild = recovery._transactions_from_whole_log

@@ -22,7 +22,7 @@ from kafscale.protocol.records import BatchHeader, split_batches
 from kafscale.protocol.transactions import PartitionTransactions, marker_batch
 from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound, StorageError
 
-from .storage import AsyncStore
+from ..storage import AsyncStore
 
 __all__ = ["TransactionBook", "BookedLog"]
 

@@ -53,11 +53,11 @@ from kafscale.protocol.segment import Segment, SegmentBuilder, read_segment
 from kafscale.protocol.transactions import AbortedBatches
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
-from .maintenance import MaintenanceFailures, every
+from ..maintenance import MaintenanceFailures, every
+from ..metadata import TopicInfo
+from ..topic_configs import TopicPolicy
 from .merging import index_before_rewrite
-from .metadata import TopicInfo
 from .partition_log import PartitionLog
-from .topic_configs import TopicPolicy
 
 __all__ = ["Cleaner", "CleanerStats", "Progress", "clean", "cleaning_due", "dirtiness"]
 

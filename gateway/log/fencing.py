@@ -27,9 +27,9 @@ from kafscale.protocol.layout import log_object_key, writer_node
 from kafscale.protocol.log_object import encode_seal
 from kafscale.storage_backends import ObjectExists
 
+from ..storage import AsyncStore
 from .damage import DamageReport
 from .log_objects import LogObjects, read_slot
-from .storage import AsyncStore
 
 __all__ = ["Fencer"]
 

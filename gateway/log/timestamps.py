@@ -10,8 +10,8 @@ from kafscale.protocol.log_view import SEGMENT, Piece, first_record_at
 from kafscale.protocol.records import iter_records
 from kafscale.storage_backends import StorageError
 
-from . import stored_log
 from .partition_log import PartitionLog
+from .stored_log import read_stored
 
 __all__ = ["offset_for_timestamp", "max_timestamp_offset", "max_timestamp"]
 
@@ -34,7 +34,7 @@ async def max_timestamp(partition_log: PartitionLog, piece: Piece) -> int:
 async def _segment_index(partition_log: PartitionLog, piece: Piece) -> SegmentIndex | None:
     """The segment's usable sparse index (its greatest timestamp remembered), or ``None``."""
     try:
-        index = await stored_log.read(partition_log.store, reads.segment_index(piece))
+        index = await read_stored(partition_log.store, reads.segment_index(piece))
     except StorageError:
         return None  # derived data: the segment itself still answers
     if index is not None:
@@ -57,7 +57,7 @@ async def offset_for_timestamp(partition_log: PartitionLog, timestamp: int) -> t
             index = await _segment_index(partition_log, piece)
             if index is not None:
                 try:  # None when no span reaches the timestamp
-                    found = await stored_log.read(partition_log.store,
+                    found = await read_stored(partition_log.store,
                                                   reads.first_in_spans(piece, index, timestamp, low, high))
                 except StorageError as exc:
                     raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc

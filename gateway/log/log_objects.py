@@ -18,9 +18,9 @@ from kafscale.protocol.layout import parse_log_object_key
 from kafscale.protocol.log_object import LogEntry, LogObjectDirectory
 from kafscale.protocol.log_view import entries_of_writers
 
-from . import stored_log
+from ..storage import AsyncStore
 from .damage import DamageReport
-from .storage import AsyncStore
+from .stored_log import read_stored
 
 __all__ = ["LogObjects", "read_slot"]
 
@@ -29,7 +29,7 @@ async def read_slot(store: AsyncStore, key: str) -> LogObjectDirectory | None:
     """The directory of whatever took a slot (a put-if-absent lost), ``None`` if it is gone;
     :class:`SegmentFormatError` if it is torn or damaged."""
     info = await store.head(key)
-    return None if info is None else await stored_log.read(store, reads.read_directory(key, info.size))
+    return None if info is None else await read_stored(store, reads.read_directory(key, info.size))
 
 
 class LogObjects:
@@ -86,13 +86,13 @@ class LogObjects:
         """List the log objects and read the directories not seen yet; objects deleted by
         others are forgotten."""
         async with self._refreshing:
-            listed = dict(await stored_log.read(self._store, reads.list_log_objects(self._namespace)))
+            listed = dict(await read_stored(self._store, reads.list_log_objects(self._namespace)))
             for key in list(self.directories):
                 if key not in listed:
                     self.forget(key)
             new = [(key, size) for key, size in listed.items()
                    if key not in self.directories and key not in self.unreadable]
-            found = await stored_log.read(self._store, reads.gather(reads.read_directory(key, size)
+            found = await read_stored(self._store, reads.gather(reads.read_directory(key, size)
                                                                    for key, size in new))
             for (key, size), directory in zip(new, found, strict=True):
                 if isinstance(directory, SegmentFormatError):

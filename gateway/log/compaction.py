@@ -35,18 +35,18 @@ from kafscale.protocol.log_view import SEGMENT, PartitionView, Piece, partition_
 from kafscale.protocol.segment import Segment, SegmentBuilder, parse_segment_footer, parse_segment_header
 from kafscale.storage_backends import ObjectExists, StorageError
 
-from . import stored_log
-from .config import GatewayConfig
+from ..config import GatewayConfig
+from ..maintenance import MaintenanceFailures, every
+from ..metadata import TopicInfo
+from ..ownership import Ownership
+from ..storage import AsyncStore
 from .damage import DamageReport
 from .log_objects import LogObjects
 from .log_writer import LogWriter
-from .maintenance import MaintenanceFailures, every
 from .merging import INDEX_MIN_BYTES, delete_redundant, merge
-from .metadata import TopicInfo
-from .ownership import Ownership
 from .partition_log import PartitionLog
 from .segments import list_segments
-from .storage import AsyncStore
+from .stored_log import read_stored
 
 __all__ = ["compact", "Compactor"]
 
@@ -115,7 +115,7 @@ async def compact(partition_log: PartitionLog) -> int:
         except ObjectExists:
             # Written before (a run killed after its PUT, or a former owner): the same batches.
             info = await store.head(key)
-            found = await stored_log.read(store, reads.segment_end(key, builder.base_offset, info.size)) if info else None
+            found = await read_stored(store, reads.segment_end(key, builder.base_offset, info.size)) if info else None
             if info is None or found is None:
                 log.error("segment %s exists but is unreadable; compaction of %s-%d stops here",
                           key, partition_log.topic, partition_log.partition)

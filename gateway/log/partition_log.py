@@ -40,12 +40,12 @@ from kafscale.protocol.segment import (
 )
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
-from . import stored_log
+from ..storage import AsyncStore
 from .cache import ByteLRU
 from .damage import DamageReport
 from .partition_transactions import TransactionBook
 from .producers import ProducerStates
-from .storage import AsyncStore
+from .stored_log import read_stored
 
 
 class Flusher(Protocol):
@@ -456,7 +456,7 @@ class PartitionLog:
 
     async def _segment_holding(self, piece: Piece) -> str:
         """The key of the segment that now holds a deleted segment's offsets."""
-        holding = await stored_log.read(self.store, reads.segments_holding(self.prefix, piece.base_offset,
+        holding = await read_stored(self.store, reads.segments_holding(self.prefix, piece.base_offset,
                                                                           piece.last_offset))
         if len(holding) != 1:  # merges join whole segments: one holds them all, or none does
             raise ObjectNotFound(piece.key)
@@ -485,7 +485,7 @@ class PartitionLog:
             return await self.load_piece(piece)
         if piece.cache_key not in self._indexes:
             try:
-                self._indexes[piece.cache_key] = await stored_log.read(self.store, reads.segment_index(piece))
+                self._indexes[piece.cache_key] = await read_stored(self.store, reads.segment_index(piece))
             except StorageError as exc:
                 raise KafkaError(ErrorCode.kafka_storage_error, f"reading the index of {piece.key}: {exc}") from exc
         index = self._indexes[piece.cache_key]
@@ -501,7 +501,7 @@ class PartitionLog:
 
     async def _fetch_window(self, piece: Piece, start: int, stop: int) -> SegmentWindow:
         try:
-            span = await stored_log.read(self.store, reads.window_span(piece, start, stop))
+            span = await read_stored(self.store, reads.window_span(piece, start, stop))
         except StorageError as exc:
             raise KafkaError(ErrorCode.kafka_storage_error, f"reading {piece.key}: {exc}") from exc
         if not isinstance(span, tuple):

@@ -45,8 +45,8 @@ from kafscale.protocol.log_view import SEGMENT, Piece
 from kafscale.protocol.segment import SegmentBuilder, read_segment
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound
 
+from ..storage import AsyncStore
 from .partition_log import PartitionLog
-from .storage import AsyncStore
 
 # Smaller segments get no index object: a reader loads them whole anyway (8 MiB is one GET),
 # and the index would be a second billed PUT per segment. Compaction uses the same rule.

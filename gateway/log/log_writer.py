@@ -36,9 +36,9 @@ from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import LogObjectBuilder, LogObjectDirectory
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, StorageError
 
+from ..storage import AsyncStore
 from .log_objects import LogObjects, read_slot
 from .partition_log import AppendedEntry, PartitionLog, Pending
-from .storage import AsyncStore
 
 __all__ = ["LogWriter", "new_writer_id"]
 

@@ -15,22 +15,22 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.group_records import OFFSETS_TOPIC
 from kafscale.protocol.layout import topic_prefix
 
+from ..config import GatewayConfig
+from ..maintenance import MaintenanceFailures, every
+from ..metadata import MetadataStore, TopicInfo
+from ..ownership import Ownership
+from ..storage import AsyncStore
+from ..topic_configs import TopicPolicy, topic_policy
 from .cache import ByteLRU
 from .cleaner import Cleaner
 from .compaction import Compactor
-from .config import GatewayConfig
 from .damage import DamageReport
 from .fencing import Fencer
 from .log_objects import LogObjects
 from .log_writer import LogWriter
-from .maintenance import MaintenanceFailures, every
-from .metadata import MetadataStore, TopicInfo
-from .ownership import Ownership
 from .partition_log import LogSettings, PartitionLog
 from .recovery import recover
 from .retention import delete_before_log_start, enforce_retention
-from .storage import AsyncStore
-from .topic_configs import TopicPolicy, topic_policy
 
 __all__ = ["INTERNAL_TOPICS", "LogManager", "SharedLog", "shared_log", "validate_topic_name"]
 

@@ -19,11 +19,11 @@ from kafscale.protocol.log_view import StoredSegment
 from kafscale.protocol.transactions import PartitionTransactions
 from kafscale.storage_backends import ObjectNotFound
 
-from . import stored_log
 from .log_objects import LogObjects
 from .partition_log import FlushTicket, PartitionLog
 from .producers import ProducerStates
 from .segments import repair_torn
+from .stored_log import read_stored
 
 __all__ = ["recover"]
 
@@ -38,7 +38,7 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
     async def repair(torn: list[tuple[int, str]]) -> list[StoredSegment]:
         return await repair_torn(store, torn, damage)
 
-    view = await stored_log.read(store, reads.snapshot(partition_log.prefix, entries, persisted_log_start), repair)
+    view = await read_stored(store, reads.snapshot(partition_log.prefix, entries, persisted_log_start), repair)
     if view.holes:
         # Still after several listings: a log object whose directory is unreadable. Those
         # offsets answer CORRUPT_MESSAGE.

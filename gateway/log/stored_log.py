@@ -12,9 +12,9 @@ from kafscale.protocol.log_view import StoredSegment
 from kafscale.protocol.stored_log import MISSING, ListObjects, Read, Reader, ReadObject, ReadRange
 from kafscale.storage_backends import ObjectNotFound
 
-from .storage import AsyncStore
+from ..storage import AsyncStore
 
-__all__ = ["read", "skip_torn", "Repair"]
+__all__ = ["read_stored", "skip_torn", "Repair"]
 
 T = TypeVar("T")
 Repair = Callable[[list[tuple[int, str]]], Awaitable[list[StoredSegment]]]
@@ -28,7 +28,7 @@ async def skip_torn(torn: list[tuple[int, str]]) -> list[StoredSegment]:
     return []
 
 
-async def read(store: AsyncStore, reader: Reader[T], repair: Repair = skip_torn) -> T:
+async def read_stored(store: AsyncStore, reader: Reader[T], repair: Repair = skip_torn) -> T:
     """Run ``reader`` against ``store``: its result, or the exception it raised."""
     answers: list[Any] | None = None
     while True:

@@ -19,9 +19,9 @@ from kafscale.protocol.segment import (
 from kafscale.protocol.stored_log import SegmentListing
 from kafscale.storage_backends import ObjectExists, ObjectNotFound
 
-from . import stored_log
+from ..storage import AsyncStore
 from .damage import DamageReport
-from .storage import AsyncStore
+from .stored_log import read_stored
 
 __all__ = ["list_segments", "SegmentListing", "repair_torn"]
 
@@ -31,7 +31,7 @@ _NO_LAST = 2**63 - 1  # a torn segment's last offset is unknown: walk as far as 
 async def list_segments(store: AsyncStore, prefix: str) -> SegmentListing:
     """A partition's segments, each with its last offset, and those whose footer is torn
     or damaged (:func:`kafscale.protocol.stored_log.list_segments`)."""
-    return await stored_log.read(store, reads.list_segments(prefix))
+    return await read_stored(store, reads.list_segments(prefix))
 
 
 async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: DamageReport) -> list[StoredSegment]:
