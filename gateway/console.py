@@ -79,7 +79,7 @@ async def status(ctx: GatewayContext, ready: str) -> Status:
                     try:
                         log = await ctx.logs.get(name, partition)
                         cells.log_start, cells.log_end = log.log_start_offset, log.high_watermark
-                        cells.last_stable = log.transactions.last_stable_offset
+                        cells.last_stable = log.last_stable_offset
                     except (KafkaError, StorageError):
                         pass  # moving, or its store failing: shown without offsets
                 else:

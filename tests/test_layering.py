@@ -222,3 +222,36 @@ def test_the_face_check_sees_an_import_of_an_inner_module():
              "kafscale.gateway.context": {LOG_ENGINE}}
     assert _reaching_into_the_log(graph) == {("kafscale.gateway.handlers.produce",
                                                "kafscale.gateway.log.partition_log")}
+
+
+# A partition log's parts, which only the log engine reads and changes: its transaction book,
+# its maintenance lock, the stored pieces it is made of.
+LOG_PARTS = {"book", "maintenance", "pieces", "redundant", "segment_max_timestamps", "uncompacted_since"}
+
+
+def _reaches_into_log_parts(source: str, path: str) -> list[str]:
+    """Attribute chains ending in, or passing through, a partition log's part: reads,
+    assignments, ``del`` and calls alike, whatever the variable is called."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=path)):
+        if isinstance(node, ast.Attribute) and node.attr in LOG_PARTS and not (
+                isinstance(node.value, ast.Name) and node.value.id == "self"):
+            found.append(f"{path}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_nothing_outside_the_log_engine_reaches_into_a_partition_logs_parts():
+    found = []
+    for path in sorted((ROOT / "gateway").rglob("*.py")):
+        if (ROOT / "gateway" / "log") in path.parents:
+            continue
+        found += _reaches_into_log_parts(path.read_text(), str(path.relative_to(ROOT)))
+    assert found == []
+
+
+def test_the_parts_check_sees_a_del_and_a_call_through_any_name():
+    """The check itself can fail: what the produce handler used to do is found."""
+    source = ("del target.book.verification[pid]\n"
+              "target.book.state.open.clear()\n"
+              "x = ctx.logs.get(t, p).pieces\n")
+    assert len(_reaches_into_log_parts(source, "handler.py")) == 3

@@ -114,7 +114,7 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             logs.append(partition_log)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
-            stable = partition_log.transactions.last_stable_offset
+            stable = partition_log.last_stable_offset
             records: list[memoryview] = []
             size = 0
             want = min(max(part.partition_max_bytes, 0), max_bytes - total)
@@ -150,7 +150,7 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             aborted = None
             if committed_only and records:
                 aborted = [(entry.producer_id, entry.first_offset)
-                           for entry in partition_log.transactions.state.aborted_between(part.fetch_offset, stable)]
+                           for entry in partition_log.aborted_between(part.fetch_offset, stable)]
             partitions.append(FetchPartition(part.partition, ErrorCode.none, high_watermark, stable, log_start,
                                              records, aborted))
         topics.append(FetchTopic(name, topic_id, partitions))

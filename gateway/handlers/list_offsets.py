@@ -50,7 +50,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Request):
 
 async def _lookup(partition_log, index: int, timestamp: int, committed_only: bool) -> dict:
     if timestamp == LATEST:
-        latest = partition_log.transactions.last_stable_offset if committed_only else partition_log.high_watermark
+        latest = partition_log.last_stable_offset if committed_only else partition_log.high_watermark
         return _partition(index, ErrorCode.none, latest, -1, partition_log.epoch)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, partition_log.epoch)

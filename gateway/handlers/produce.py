@@ -265,7 +265,7 @@ class _Flushes:
                     else:
                         await wait.ticket.wait()
                     if transactional:
-                        await wait.target.transactions.persist()  # a transaction begun here is known before its ack
+                        await wait.target.persist_transactions()  # a transaction begun here is known before its ack
                 except KafkaError as exc:
                     results[wait.key] = _partition(index, exc.code, message=str(exc))
                 else:

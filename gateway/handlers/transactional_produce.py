@@ -22,7 +22,7 @@ class VerifiedBatch:
     """A partition's check of a transactional request: its batches must be its producer's,
     and a first batch may be appended only while the guard it took is still there."""
 
-    def __init__(self, producer_id: int, guard: object) -> None:
+    def __init__(self, producer_id: int, guard: object | None) -> None:
         self.producer_id = producer_id
         self.guard = guard
         self.refusal = KafkaError(ErrorCode.invalid_txn_state, "the transaction ended while the batch was checked")
@@ -32,12 +32,13 @@ class VerifiedBatch:
             self.refusal = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
                                       "transactional batches of its producer")
             return False
-        book = target.transactions
-        return self.producer_id in book.state.open or book.verifying.get(self.producer_id) is self.guard
+        # A batch of an already open transaction took no guard (None): only the open one counts.
+        return target.has_open_transaction(self.producer_id) or (
+            self.guard is not None and target.verification.holds(self.producer_id, self.guard))
 
     def done(self, target: PartitionLog) -> None:
-        if target.transactions.verifying.get(self.producer_id) is self.guard:
-            del target.transactions.verifying[self.producer_id]
+        if self.guard is not None:
+            target.verification.end(self.producer_id, self.guard)
 
 
 async def verify_transaction(ctx: RequestContext, transactional_id: str, body,
@@ -59,10 +60,10 @@ async def verify_transaction(ctx: RequestContext, transactional_id: str, body,
                 checks[key] = KafkaError(ErrorCode.invalid_record, "a transactional request's batches must all be "
                                          "transactional batches of its producer")
                 continue
-            guard = object()
-            checks[key] = VerifiedBatch(header.producer_id, guard)
-            if header.producer_id not in target.transactions.state.open:
-                target.transactions.verifying[header.producer_id] = guard
+            if target.has_open_transaction(header.producer_id):
+                checks[key] = VerifiedBatch(header.producer_id, guard=None)
+            else:
+                checks[key] = VerifiedBatch(header.producer_id, target.verification.begin(header.producer_id))
                 first_batches.append((key, target, header))
     if not first_batches:
         return checks

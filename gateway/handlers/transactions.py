@@ -205,7 +205,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Request):
             for index in topic.partition_indexes:
                 try:
                     partition_log = await ctx.logs.get(topic.name, index)
-                    await partition_log.transactions.write_marker(marker.producer_id, marker.producer_epoch,
+                    await partition_log.write_marker(marker.producer_id, marker.producer_epoch,
                                                      marker.transaction_result, marker.coordinator_epoch)
                     code = ErrorCode.none
                 except KafkaError as exc:
@@ -237,7 +237,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Request):
                 partitions.append(dict(partition_index=index, error_code=exc.code, error_message=str(exc),
                                        active_producers=[]))
                 continue
-            open_ = partition_log.transactions.state.open
+            open_ = partition_log.open_transactions()
             producers = [dict(producer_id=pid, producer_epoch=epoch, last_sequence=last_sequence,
                               last_timestamp=-1, coordinator_epoch=-1, current_txn_start_offset=open_.get(pid, -1))
                          for pid, epoch, last_sequence in partition_log.producers.describe()]

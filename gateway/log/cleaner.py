@@ -154,9 +154,9 @@ class _Pass:
 async def _map(partition_log: PartitionLog, first_dirty: int, policy: TopicPolicy, budget: int, now_ms: int,
                stats: CleanerStats) -> _Pass:
     work = _Pass(KeyMap(budget), first_dirty, partition_log.log_start_offset,
-                 AbortedBatches(partition_log.transactions.state.aborted))
+                 AbortedBatches(partition_log.book.state.aborted))
     youngest_allowed = now_ms - policy.min_compaction_lag_ms
-    stable = partition_log.transactions.last_stable_offset
+    stable = partition_log.last_stable_offset
     for piece in _segments(partition_log):
         if piece.last_offset < first_dirty:
             work.stop = piece.last_offset + 1
@@ -238,7 +238,7 @@ async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPo
                 # The aborted transactions' records below are gone now: their spans are no longer
                 # needed (Kafka's cleaner drops them from the transaction index as it cleans), so
                 # the stored transaction state stays the size of what is not cleaned yet.
-                await partition_log.transactions.forget_aborted_below(progress.cleaned_end)
+                await partition_log.book.forget_aborted_below(progress.cleaned_end)
         stats.passes += 1
         stats.segments_rewritten += rewritten
         stats.seconds += time.monotonic() - started

@@ -38,12 +38,13 @@ from kafscale.protocol.segment import (
     segment_body_end,
     segment_has_gaps,
 )
+from kafscale.protocol.transactions import AbortedTxn
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
 from ..storage import AsyncStore
 from .cache import ByteLRU
 from .damage import DamageReport
-from .partition_transactions import TransactionBook
+from .partition_transactions import TransactionBook, VerificationGuards
 from .producers import ProducerStates
 from .stored_log import read_stored
 
@@ -212,7 +213,48 @@ class PartitionLog:
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
         self.maintenance = trio.Lock()  # compaction and retention take turns
-        self.transactions = TransactionBook(store, transaction_state_key(settings.namespace, topic, partition), self)
+        # The transaction book: read and changed inside the log engine only; the request layer
+        # asks the questions below.
+        self.book = TransactionBook(store, transaction_state_key(settings.namespace, topic, partition), self)
+
+    # -- transactions, as the request layer asks about them ----------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """read_committed consumers read below here."""
+        return self.book.last_stable_offset
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[start, end)`` must skip."""
+        return self.book.state.aborted_between(start, end)
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id → first offset of each transaction open here."""
+        return dict(self.book.state.open)
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return producer_id in self.book.state.open
+
+    def transactions_open_since(self) -> dict[int, float]:
+        """Producer id → trio time each open transaction was first seen here (the sweep of
+        transactions no coordinator knows ages them)."""
+        return dict(self.book.open_since)
+
+    async def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int = 0) -> bool:
+        """The COMMIT or ABORT marker of the producer's open transaction, durably; False when
+        it has none open here."""
+        return await self.book.write_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+
+    async def persist_transactions(self) -> None:
+        """Store the transaction state if it changed (before a transaction's first batch is
+        acknowledged)."""
+        await self.book.persist()
+
+    @property
+    def verification(self) -> VerificationGuards:
+        """KIP-890's guards for first batches of transactions (:class:`VerificationGuards`)."""
+        return self.book.verification
 
     def writable(self) -> bool:
         """Whether what this log accepted may be written: it was not sealed, and this gateway
@@ -261,7 +303,7 @@ class PartitionLog:
             self._pending = Pending([], 0, FlushTicket())
         for header in stamped:
             self.producers.record(header, self._pending.ticket)
-            self.transactions.appended(header)
+            self.book.appended(header)
         self._pending.record_sets.append((record_set, stamped))
         self._pending.size += len(record_set)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -294,7 +336,7 @@ class PartitionLog:
         self._in_writer -= 1
         pending.ticket.finish(error)
         self.producers.discard_from(self.high_watermark)
-        self.transactions.not_written(self.high_watermark)
+        self.book.not_written(self.high_watermark)
         if self._pending is not None:
             self._pending.ticket.finish(error)
             self._pending = None

@@ -24,7 +24,7 @@ from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFoun
 
 from ..storage import AsyncStore
 
-__all__ = ["TransactionBook", "BookedLog"]
+__all__ = ["TransactionBook", "BookedLog", "VerificationGuards"]
 
 
 class Appended(Protocol):
@@ -51,15 +51,38 @@ class BookedLog(Protocol):
     def wake_readers(self) -> None: ...
 
 
+class VerificationGuards:
+    """KIP-890 per partition: a producer's first batch here is appended only if its
+    transaction is ongoing and holds the partition, checked with the coordinator while the
+    batch waits. The check begins a guard; a marker of that producer written meanwhile takes
+    it away, so the batch (begun before the marker) cannot land after it."""
+
+    def __init__(self) -> None:
+        self._guards: dict[int, object] = {}
+
+    def begin(self, producer_id: int) -> object:
+        guard = self._guards[producer_id] = object()
+        return guard
+
+    def holds(self, producer_id: int, guard: object) -> bool:
+        return self._guards.get(producer_id) is guard
+
+    def end(self, producer_id: int, guard: object) -> None:
+        if self.holds(producer_id, guard):
+            del self._guards[producer_id]
+
+    def revoke(self, producer_id: int) -> None:
+        """A marker of the producer was written: no batch checked before it may follow it."""
+        self._guards.pop(producer_id, None)
+
+
 class TransactionBook:
     def __init__(self, store: AsyncStore, key: str, log: BookedLog) -> None:
         self._store = store
         self.key = key
         self._log = log
         self.state = PartitionTransactions()
-        # Producers whose transaction is being verified for a first batch here (KIP-890): a
-        # marker written meanwhile takes the guard away, so the batch cannot follow it.
-        self.verifying: dict[int, object] = {}
+        self.verification = VerificationGuards()
         self.open_since: dict[int, float] = {}  # trio time each open transaction was first seen here
         self._markers = trio.Lock()
         self._changes = self._persisted = 0
@@ -106,7 +129,7 @@ class TransactionBook:
         written, or it never wrote a batch here)."""
         log = self._log
         async with self._markers:
-            self.verifying.pop(producer_id, None)
+            self.verification.revoke(producer_id)
             if producer_id not in self.state.open:
                 if not log.writable():  # what this log knows may be stale: its new owner's answer counts
                     raise KafkaError(ErrorCode.not_leader_or_follower, f"{log.topic}-{log.partition} moved")

@@ -57,13 +57,13 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
             damage.rebuilding.discard(partition_log.prefix)
     stored = (dict(transactions.open), len(transactions.aborted))
     partition_log.restore_producers(await _replay_newest(partition_log, transactions))
-    partition_log.transactions.restore(transactions, version,
+    partition_log.book.restore(transactions, version,
                                        changed=(transactions.open, len(transactions.aborted)) != stored)
     try:
         # A transaction begun or ended in the batches after the stored state (a gateway killed
         # between a batch and storing the state): stored now, so readers of the store (Spark)
         # know it too.
-        await partition_log.transactions.persist()
+        await partition_log.book.persist()
     except KafkaError as exc:
         log.warning("storing the transaction state of %s failed (retried on the next change): %s",
                     partition_log.prefix, exc)

@@ -42,14 +42,14 @@ class GatewayMarkers:
         for partition_log in self._logs.loaded():
             if not partition_log.writable():
                 continue
-            for producer_id, since in list(partition_log.transactions.open_since.items()):
+            for producer_id, since in partition_log.transactions_open_since().items():
                 if producer_id in live_producers or now - since < older_than_s:
                     continue
                 log.warning("%s-%d: producer %d's transaction has been open %.0f s with no unfinished transaction "
                             "at the coordinator: aborted", partition_log.topic, partition_log.partition,
                             producer_id, now - since)
                 try:
-                    written += await partition_log.transactions.write_marker(producer_id, 0, commit=False)
+                    written += await partition_log.write_marker(producer_id, 0, commit=False)
                 except KafkaError as exc:
                     log.info("aborting producer %d's transaction on %s-%d failed: %s", producer_id,
                              partition_log.topic, partition_log.partition, exc)
@@ -74,7 +74,7 @@ class GatewayMarkers:
         async def mark(topic: str, partition: int) -> None:
             try:
                 partition_log = await self._logs.get(topic, partition)
-                if await partition_log.transactions.write_marker(transaction.producer_id, transaction.producer_epoch, commit):
+                if await partition_log.write_marker(transaction.producer_id, transaction.producer_epoch, commit):
                     self.markers_written += 1
             except KafkaError as exc:  # moving, or the store failing: the next sweep tries again
                 log.info("marker of %r on %s-%d not written yet: %s", transaction.transactional_id, topic,

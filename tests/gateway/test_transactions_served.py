@@ -278,7 +278,7 @@ async def test_a_transaction_begun_after_the_stored_state_is_found_again_at_load
     await logs.store.delete(key)  # the state as it was before the batch: none
     await logs.release("t", 0)
     reloaded = await logs.get("t", 0)
-    assert reloaded.transactions.state.open == {producer[0]: 1} and reloaded.transactions.last_stable_offset == 1
+    assert reloaded.open_transactions() == {producer[0]: 1} and reloaded.last_stable_offset == 1
     assert PartitionTransactions.decode(await logs.store.get(key)).open == {producer[0]: 1}
     assert await _end(client, "app", producer, commit=False) == ErrorCode.none
     answer = await _fetch(client, "t", 1)
