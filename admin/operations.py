@@ -3,7 +3,6 @@ rows (dicts) for the output: nothing here prints or parses arguments."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 
@@ -14,6 +13,7 @@ from kafscale.kafka_client.groups import commit_offsets, committed_offsets
 from kafscale.protocol.acl_codes import Operation, PatternType, Permission, ResourceType
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
+from kafscale.protocol.scram import mechanism_code, mechanism_name, salted_password
 
 __all__ = ["brokers", "list_topics", "describe_topic", "create_topic", "delete_topic", "alter_topic_configs",
            "list_groups", "describe_group", "reset_offsets", "list_transactions", "describe_transaction",
@@ -247,8 +247,6 @@ def delete_acls(cluster: Cluster, resource_type: str, name: str | None, pattern:
             for m in result.matching_acls]
 
 
-_SCRAM = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
-_SCRAM_NAMES = {code: name for name, (code, _) in _SCRAM.items()}
 
 
 def list_users(cluster: Cluster) -> list[dict]:
@@ -257,7 +255,7 @@ def list_users(cluster: Cluster) -> list[dict]:
     rows = []
     for result in sorted(answer.results, key=lambda r: r.user):
         _checked(result.error_code, f"user {result.user}", result.error_message)
-        rows += [{"user": result.user, "mechanism": _SCRAM_NAMES.get(c.mechanism, str(c.mechanism)),
+        rows += [{"user": result.user, "mechanism": mechanism_name(c.mechanism) or str(c.mechanism),
                   "iterations": c.iterations} for c in result.credential_infos]
     return rows
 
@@ -265,9 +263,9 @@ def list_users(cluster: Cluster) -> list[dict]:
 def upsert_user(cluster: Cluster, user: str, password: str, mechanism: str, iterations: int = 8192) -> dict:
     """Kafka's SCRAM credential: the salted password is derived here, so the password never
     crosses the wire (as kafka-configs does)."""
-    code, digest = _SCRAM[mechanism]
+    code = mechanism_code(mechanism)
     salt = os.urandom(32)
-    salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+    salted = salted_password(mechanism, password, salt, iterations)
     answer = cluster.call(cluster.any_broker(), ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": [
         {"name": user, "mechanism": code, "iterations": iterations, "salt": salt, "salted_password": salted}]})
     (result,) = answer.results
@@ -277,7 +275,7 @@ def upsert_user(cluster: Cluster, user: str, password: str, mechanism: str, iter
 
 def delete_user(cluster: Cluster, user: str, mechanism: str) -> dict:
     answer = cluster.call(cluster.any_broker(), ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
-        "deletions": [{"name": user, "mechanism": _SCRAM[mechanism][0]}], "upsertions": []})
+        "deletions": [{"name": user, "mechanism": mechanism_code(mechanism)}], "upsertions": []})
     (result,) = answer.results
     _checked(result.error_code, f"user {user}", result.error_message)
     return {"user": user, "mechanism": mechanism, "deleted": True}

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import os
 import re
 import ssl
 from dataclasses import dataclass
+
+from kafscale.protocol.scram import MECHANISMS as SCRAM_MECHANISMS
+from kafscale.protocol.scram import salted_password, scram_keys
 
 __all__ = ["Security", "SecurityError", "plain_message", "ScramClient"]
 
@@ -78,7 +80,8 @@ class ScramClient:
     server's final message (a server that does not know the password cannot pass it)."""
 
     def __init__(self, mechanism: str, username: str, password: str) -> None:
-        self._hash = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
+        self._mechanism = mechanism
+        self._hash = SCRAM_MECHANISMS[mechanism][0]
         self._password = password
         name = username.replace("=", "=3D").replace(",", "=2C")
         self._nonce = base64.b64encode(os.urandom(18)).decode()
@@ -94,14 +97,12 @@ class ScramClient:
         nonce, salt, iterations = fields.get("r", ""), fields.get("s"), int(fields.get("i", "0"))
         if not nonce.startswith(self._nonce) or salt is None or iterations < 1:
             raise SecurityError("the server's SCRAM challenge is not valid")
-        salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode(), base64.b64decode(salt), iterations)
-        client_key = hmac.digest(salted, b"Client Key", self._hash)
-        stored_key = hashlib.new(self._hash, client_key).digest()
+        salted = salted_password(self._mechanism, self._password, base64.b64decode(salt), iterations)
+        client_key, stored_key, server_key = scram_keys(self._mechanism, salted)
         without_proof = f"c=biws,r={nonce}"
         auth_message = f"{self._first_bare},{text},{without_proof}".encode()
         signature = hmac.digest(stored_key, auth_message, self._hash)
         proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-        server_key = hmac.digest(salted, b"Server Key", self._hash)
         self._server_signature = hmac.digest(server_key, auth_message, self._hash)
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 

@@ -16,12 +16,12 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kafscale.protocol.scram import MECHANISMS, mechanism_code, mechanism_name, salted_password, scram_keys
+
 __all__ = ["MECHANISMS", "ScramCredential", "ScramExchange", "AuthenticationFailed", "salted_password",
            "make_credential", "credential_from_salted", "MIN_ITERATIONS", "MAX_ITERATIONS", "mechanism_code",
            "mechanism_name"]
 
-# Kafka's ScramMechanism enum codes (DescribeUserScramCredentials, AlterUserScramCredentials).
-MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}
 MIN_ITERATIONS = 4096  # Kafka's bounds for AlterUserScramCredentials
 MAX_ITERATIONS = 16384
 MAX_CLIENT_FIRST = 4096
@@ -30,14 +30,6 @@ _NONCE_BYTES = 16
 
 class AuthenticationFailed(Exception):
     """The client's credentials or messages are wrong; the text is safe to send back."""
-
-
-def mechanism_code(name: str) -> int:
-    return MECHANISMS[name][1]
-
-
-def mechanism_name(code: int) -> str | None:
-    return next((name for name, (_, c) in MECHANISMS.items() if c == code), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +56,9 @@ class ScramCredential:
         return hmac.compare_digest(expected.stored_key, self.stored_key)
 
 
-def _hash(mechanism: str) -> str:
-    return MECHANISMS[mechanism][0]
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    # RFC 5802 asks for SASLprep; Kafka's clients and broker use the UTF-8 bytes as they are.
-    return hashlib.pbkdf2_hmac(_hash(mechanism), password.encode(), salt, iterations)
-
-
 def credential_from_salted(mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
-    algorithm = _hash(mechanism)
-    client_key = hmac.digest(salted, b"Client Key", algorithm)
-    return ScramCredential(mechanism, salt, iterations, hashlib.new(algorithm, client_key).digest(),
-                           hmac.digest(salted, b"Server Key", algorithm))
+    _, stored_key, server_key = scram_keys(mechanism, salted)
+    return ScramCredential(mechanism, salt, iterations, stored_key, server_key)
 
 
 def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATIONS,
@@ -183,7 +164,7 @@ class ScramExchange:
             raise AuthenticationFailed("SCRAM nonce does not match")
         without_proof = text[:text.rindex(",p=")]
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
-        algorithm = _hash(self.mechanism)
+        algorithm = MECHANISMS[self.mechanism][0]
         credential = self._credential
         signature = hmac.digest(credential.stored_key, auth_message, algorithm)
         if len(proof) != len(signature) or not self._known:
