@@ -114,6 +114,7 @@ class Clients:
         self.unauthenticated = ByteBudget(config.limits.unauthenticated_inflight_bytes, small_request=16 * 1024)
         gateway.metrics.inflight_bytes.set_function(lambda: self.budget.used)
         self.connections: set[Connection] = set()
+        self._one_closed = trio.Event()  # set (and replaced) each time a connection ends
         self._receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))  # one for all: see Connection
         self._violations = PerSourceLog(logging.getLogger("kafscale.connection"))
 
@@ -142,6 +143,8 @@ class Clients:
         finally:
             self.connections.discard(connection)
             self._context.metrics.connections.dec()
+            self._one_closed.set()
+            self._one_closed = trio.Event()
 
     async def drain(self, gateway: Gateway, grace_s: float) -> None:
         """Stop reading requests, flush what was accepted, and let the connections send their
@@ -151,7 +154,7 @@ class Clients:
         with trio.move_on_after(grace_s) as grace:
             await gateway.flush()  # produce handlers waiting on it get answered
             while self.connections:  # connections drain their in-flight answers
-                await trio.sleep(0.01)
+                await self._one_closed.wait()
         if grace.cancelled_caught:
             log.warning("shutdown grace period over; closing %d connection(s)", len(self.connections))
 
