@@ -113,7 +113,7 @@ async def status(ctx: GatewayContext, ready: str) -> Status:
     damage = [ctx.logs.damage.summary()] if len(ctx.logs.damage) else []
     damage += [f"rebuilding the transaction state of {name}" for name in sorted(ctx.logs.damage.rebuilding)]
     damage += [f"group {group_id}: stored state unreadable" for group_id in sorted(ctx.groups.damaged)]
-    return Status(ctx.node_id, "cluster" if ownership.clustered else "embedded", ready, brokers, topics, groups,
+    return Status(ctx.node_id, ownership.mode.value, ready, brokers, topics, groups,
                   transactions, backlog, damage, left_out)
 
 

@@ -7,10 +7,20 @@ the log manager only ask the questions below. A leaf: it imports nothing of the 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Broker", "Endpoint", "Ownership", "SoleGateway", "GROUP_UNIT", "group_unit"]
+__all__ = ["Broker", "Endpoint", "Mode", "Ownership", "SoleGateway", "GROUP_UNIT", "group_unit"]
+
+
+class Mode(enum.Enum):
+    """Whether other gateways share the store. EMBEDDED: one gateway; every other writer in
+    the store is an earlier run of it. CLUSTER: gateways coordinated through etcd; other
+    gateways' writers are live. Decided once (wiring) and passed on as this value."""
+
+    EMBEDDED = "embedded"
+    CLUSTER = "cluster"
 
 # Units are (topic, partition); group-coordinator slots are units of this pseudo topic
 # ('~' is not legal in topic names, so it cannot collide).
@@ -43,9 +53,7 @@ class Broker:
 
 class Ownership(Protocol):
     node_id: int
-    # Whether other gateways share the store. Alone, every other writer in the store is an
-    # earlier run of this gateway; in a cluster, other gateways' writers are live.
-    clustered: bool
+    mode: Mode
 
     def lease_valid(self) -> bool:
         """Whether this gateway surely still holds what it owns (a cluster member's etcd lease)."""
@@ -60,7 +68,7 @@ class Ownership(Protocol):
 class SoleGateway:
     """One gateway: it leads every partition (epoch 0) and coordinates every group."""
 
-    clustered = False
+    mode = Mode.EMBEDDED
 
     def __init__(self, node_id: int, host: str, port: int, endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = node_id

@@ -16,7 +16,6 @@ The server and the tests build gateways here, so what is tested is what runs.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -43,7 +42,7 @@ from .log import LogManager
 from .maintenance import MaintenanceFailures
 from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
 from .metrics import Metrics
-from .ownership import Endpoint, SoleGateway
+from .ownership import Endpoint, Mode, SoleGateway
 from .security.access import Access
 from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
 from .storage import AsyncStore
@@ -52,7 +51,7 @@ from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import GatewayMarkers
 from .transactions.store import EmbeddedTransactions, TransactionStore, TransactionsUnreadable
 
-__all__ = ["Mode", "Gateway", "StartupError", "open_storage", "assemble"]
+__all__ = ["Mode", "Gateway", "StartupError", "open_storage", "assemble", "mode_of"]
 
 log = logging.getLogger("kafscale.gateway")
 
@@ -61,13 +60,9 @@ class StartupError(RuntimeError):
     """The gateway cannot start (bad storage, port in use...); the message says why."""
 
 
-class Mode(enum.Enum):
-    EMBEDDED = "embedded"
-    CLUSTER = "cluster"
-
-    @classmethod
-    def of(cls, config: GatewayConfig) -> Mode:
-        return cls.CLUSTER if config.cluster.enabled else cls.EMBEDDED
+def mode_of(config: GatewayConfig) -> Mode:
+    """CLUSTER when etcd_endpoints is set."""
+    return Mode.CLUSTER if config.cluster.enabled else Mode.EMBEDDED
 
 
 async def open_storage(config: GatewayConfig) -> tuple[ObjectStore, AsyncStore]:
@@ -224,7 +219,7 @@ async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[En
     is stored under it, and gives it up after."""
     host, port = config.network.advertised
     requested = config.network.requested_node_id
-    if Mode.of(config) is Mode.EMBEDDED:
+    if mode_of(config) is Mode.EMBEDDED:
         yield _embedded(config, store, SoleGateway(0 if requested == "auto" else requested, host, port, endpoints))
         return
     etcd = _etcd_client(config)
@@ -250,7 +245,8 @@ def _embedded(config: GatewayConfig, store: AsyncStore, sole: SoleGateway) -> Ga
     logs = LogManager(config, store, metadata, sole, failures)
     groups = GroupCoordinator(GroupStore(store, config.storage.namespace), _group_settings(config),
                               on_rebalance=lambda group_id: metrics.rebalances.inc(),
-                              offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures))
+                              offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures),
+                              mode=Mode.EMBEDDED, slots=1)
     transactions = EmbeddedTransactions(store, config.storage.namespace)
     return _gateway(config, store, metrics, failures, metadata, security, logs, groups, Embedded(groups), transactions)
 
@@ -264,8 +260,8 @@ def _clustered(config: GatewayConfig, store: AsyncStore, etcd: EtcdClient, root:
     logs = LogManager(config, store, metadata, member, failures)
     groups = GroupCoordinator(group_store, _group_settings(config), on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=ClusterOffsetsTopic(logs, config.groups.offsets_topic_num_partitions,
-                                                              failures, group_store))
-    groups.use_slots(config.cluster.coordinator_slots)
+                                                              failures, group_store),
+                              mode=Mode.CLUSTER, slots=config.cluster.coordinator_slots)
     rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
     coordination = Clustered(etcd, member, rebalancer, metadata, store, config.storage.namespace)
     return _gateway(config, store, metrics, failures, metadata, security, logs, groups, coordination,
@@ -291,7 +287,7 @@ def _gateway(config: GatewayConfig, store: AsyncStore, metrics: Metrics, failure
     markers = GatewayMarkers(logs, groups, logs.ownership.node_id)
     transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id, markers,
                                           lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
-                                          failures=failures, shared=Mode.of(config) is Mode.CLUSTER,
+                                          failures=failures, mode=mode_of(config),
                                           id_expiration_ms=config.groups.transactional_id_expiration_ms)
     try:
         access = Access(config, security, metrics)

@@ -30,7 +30,7 @@ import trio
 
 from ..config import GatewayConfig
 from ..groups.store import slot_of
-from ..ownership import GROUP_UNIT, Broker, group_unit
+from ..ownership import GROUP_UNIT, Broker, Mode, group_unit
 from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
 from .etcd_metadata import EtcdMetadata
 from .node_lease import NodeLease
@@ -50,7 +50,7 @@ def _unit_key(unit: tuple[str, int]) -> str:
 
 
 class ClusterMember:
-    clustered = True
+    mode = Mode.CLUSTER
 
     def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, security: FollowedPart,
                  root: str, node: NodeLease) -> None:

@@ -21,6 +21,7 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.group_records import GroupMember
 
+from ..ownership import Mode
 from .offsets_topic import OffsetsLog
 from .store import CommittedOffset, GroupStorage, LoadedGroups, StoredGroup, slot_of
 
@@ -109,17 +110,17 @@ def _now() -> float:
 
 class GroupCoordinator:
     def __init__(self, store: GroupStorage, settings: GroupSettings, on_rebalance=None, *,
-                 offsets_log: OffsetsLog) -> None:
+                 offsets_log: OffsetsLog, mode: Mode, slots: int) -> None:
         self._store = store
         self._offsets_log = offsets_log  # __consumer_offsets for readers (a lone gateway's)
         self.settings = settings
         self._on_rebalance = on_rebalance or (lambda group_id: None)
         self.groups: dict[str, Group] = {}
         self._nursery: trio.Nursery | None = None
-        # Which groups this gateway coordinates: all of them alone; in a cluster (after
-        # use_slots) the groups of the coordinator slots it owns.
-        self.slots: int = 1
-        self._every_slot = True
+        # Which groups this gateway coordinates: all of them alone; in a cluster the groups of
+        # the coordinator slots (``slots`` of them in the cluster) it adopted.
+        self.slots = slots
+        self._every_slot = mode is Mode.EMBEDDED
         self._owned_slots: set[int] = set()
         self._loading_slots: set[int] = set()
         # Groups whose stored state does not parse: refused (COORDINATOR_NOT_AVAILABLE) rather
@@ -144,12 +145,6 @@ class GroupCoordinator:
             stored.group_id, generation=stored.generation, protocol_type=stored.protocol_type,
             offsets=dict(stored.offsets),
         )
-
-    def use_slots(self, slots: int) -> None:
-        """Cluster mode: coordinate only the groups of slots adopted with :meth:`adopt_slot`."""
-        self.slots = slots
-        self._every_slot = False
-        self._owned_slots = set()
 
     async def adopt_slot(self, slot: int) -> None:
         """This gateway became the coordinator of ``slot``: load its groups' committed state."""

@@ -27,6 +27,7 @@ from kafscale.protocol.layout import log_object_key, writer_node
 from kafscale.protocol.log_object import encode_seal
 from kafscale.storage_backends import ObjectExists
 
+from ..ownership import Mode
 from ..storage import AsyncStore
 from .damage import DamageReport
 from .log_objects import LogObjects, read_slot
@@ -40,7 +41,7 @@ Unit = tuple[str, int]
 
 class Fencer:
     def __init__(self, store: AsyncStore, namespace: str, objects: LogObjects, own_writer: Callable[[], str],
-                 live_nodes: Callable[[], set[int]], damage: DamageReport, *, clustered: bool) -> None:
+                 live_nodes: Callable[[], set[int]], damage: DamageReport, *, mode: Mode) -> None:
         self._store = store
         self._damage = damage
         self._namespace = namespace
@@ -48,7 +49,7 @@ class Fencer:
         self._own_writer = own_writer
         self._live_nodes = live_nodes
         # Alone, every other writer is a dead or stray run of this gateway.
-        self._clustered = clustered
+        self._mode = mode
         self._wanted: set[Unit] = set()
         self._lock = trio.Lock()
         self.seals_written = 0
@@ -58,7 +59,7 @@ class Fencer:
         await self._objects.refresh()
         node = writer_node(self._own_writer())
         for writer in self._others():
-            if not self._clustered or writer_node(writer) == node:
+            if self._mode is Mode.EMBEDDED or writer_node(writer) == node:
                 await self._seal(writer, set(), seal_all=True)
         await self._objects.refresh()
 
@@ -71,7 +72,7 @@ class Fencer:
                 return  # a round that started after it was wanted covered it
             units, self._wanted = self._wanted, set()
             await self._objects.refresh()
-            live = self._live_nodes() if self._clustered else set()
+            live = self._live_nodes() if self._mode is Mode.CLUSTER else set()
             for writer in self._others():
                 # A writer of a gateway that is gone is sealed for good.
                 await self._seal(writer, units, seal_all=writer_node(writer) not in live)

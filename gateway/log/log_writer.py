@@ -36,6 +36,7 @@ from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import LogObjectBuilder, LogObjectDirectory
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, StorageError
 
+from ..ownership import Mode
 from ..storage import AsyncStore
 from .log_objects import LogObjects, read_slot
 from .partition_log import AppendedEntry, PartitionLog, Pending
@@ -56,7 +57,7 @@ def new_writer_id(node_id: int) -> str:
 
 class LogWriter:
     def __init__(self, store: AsyncStore, namespace: str, node_id: int, objects: LogObjects,
-                 linger_ms: int, flush_bytes: int, *, clustered: bool, fill_wait_ms: int = 0,
+                 linger_ms: int, flush_bytes: int, *, mode: Mode, fill_wait_ms: int = 0,
                  on_new_writer: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.namespace = namespace
@@ -67,7 +68,7 @@ class LogWriter:
         # cluster another gateway only took this one for dead: it writes on as a new writer,
         # after ``on_new_writer`` (every loaded partition is loaded again, fencing the others
         # first, before it is written).
-        self.clustered = clustered
+        self.mode = mode
         self.on_new_writer = on_new_writer
         self.taken_over = False
         self.objects = objects
@@ -101,7 +102,7 @@ class LogWriter:
         """Alone: whether a newer run of this gateway sealed this writer whole, found without
         waiting for the next write (readiness asks: one HEAD, and a read when a seal is there).
         A cluster's gateway sealed by another goes on as a new writer at its next write."""
-        if self.taken_over or self.clustered:
+        if self.taken_over or self.mode is Mode.CLUSTER:
             return self.taken_over
         key = self.key(self.sequence)
         if await self.store.head(key) is None:
@@ -188,7 +189,7 @@ class LogWriter:
             items = self._apply_seal(outcome, items)
             self.sequence += 1
             if self.sealed_all:
-                if self.clustered:
+                if self.mode is Mode.CLUSTER:
                     await self._start_new_writer()
                 else:
                     self.taken_over = True

@@ -18,7 +18,7 @@ from kafscale.protocol.layout import topic_prefix
 from ..config import GatewayConfig
 from ..maintenance import MaintenanceFailures, every
 from ..metadata import MetadataStore, TopicInfo
-from ..ownership import Ownership
+from ..ownership import Mode, Ownership
 from ..storage import AsyncStore
 from ..topic_configs import TopicPolicy, topic_policy
 from .cache import ByteLRU
@@ -61,16 +61,16 @@ class SharedLog:
 
 
 def shared_log(store: AsyncStore, namespace: str, node_id: int, linger_ms: int, flush_bytes: int, *,
-               clustered: bool, live_nodes: Callable[[], set[int]], fill_wait_ms: int = 0,
+               mode: Mode, live_nodes: Callable[[], set[int]], fill_wait_ms: int = 0,
                on_new_writer: Callable[[], None] = lambda: None) -> SharedLog:
-    """``clustered``: other gateways share the store (their writers are live; a writer of this
+    """``mode`` CLUSTER: other gateways share the store (their writers are live; a writer of this
     node sealed whole goes on as a new one). Alone, every other writer is an earlier run of
     this gateway, and a run sealed whole by a newer one stops writing."""
     damage = DamageReport()
     objects = LogObjects(store, namespace, damage)
-    writer = LogWriter(store, namespace, node_id, objects, linger_ms, flush_bytes, clustered=clustered,
+    writer = LogWriter(store, namespace, node_id, objects, linger_ms, flush_bytes, mode=mode,
                        fill_wait_ms=fill_wait_ms, on_new_writer=on_new_writer)
-    fencer = Fencer(store, namespace, objects, lambda: writer.writer_id, live_nodes, damage, clustered=clustered)
+    fencer = Fencer(store, namespace, objects, lambda: writer.writer_id, live_nodes, damage, mode=mode)
     return SharedLog(damage, objects, writer, fencer)
 
 
@@ -82,10 +82,10 @@ class LogManager:
         self.store = store
         self.metadata = metadata
         self.ownership = ownership
-        self.clustered = ownership.clustered
+        self.mode = ownership.mode
         self.cache: ByteLRU = ByteLRU(config.limits.cache_bytes)
         machinery = shared_log(store, config.storage.namespace, ownership.node_id, config.flush_linger_ms,
-                               config.flush_max_bytes, clustered=self.clustered, fill_wait_ms=config.log.fill_wait_ms,
+                               config.flush_max_bytes, mode=self.mode, fill_wait_ms=config.log.fill_wait_ms,
                                live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
                                on_new_writer=self._fence_loaded)
         self.damage, self.objects = machinery.damage, machinery.objects
@@ -287,7 +287,7 @@ class LogManager:
                                          owned_epoch=lambda: self._owned_epoch(topic, partition),
                                          damage=self.damage)
             try:
-                if self.clustered:
+                if self.mode is Mode.CLUSTER:
                     await self.fencer.fence(key)  # no former owner can store this partition any more
                 await recover(partition_log, self.objects, info.log_start.get(partition, 0))
             except Exception as exc:

@@ -27,6 +27,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
 
 from ..maintenance import MaintenanceFailures
+from ..ownership import Mode
 from .store import ABSENT, StoredTransaction, TransactionChanged, TransactionStore
 
 __all__ = ["MarkerWriter", "TransactionCoordinator", "TransactionStats", "MAX_TIMEOUT_MS"]
@@ -69,9 +70,9 @@ class TransactionStats:
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
-                 failures: MaintenanceFailures, shared: bool = True,
+                 failures: MaintenanceFailures, mode: Mode,
                  id_expiration_ms: int = ID_EXPIRATION_MS) -> None:
-        """``shared``: other gateways coordinate transactions in the same store, so every
+        """``mode`` CLUSTER: other gateways coordinate transactions in the same store, so every
         decision reads the store; alone, this coordinator is the only writer of its store:
         it keeps each id's state as it last wrote or read it and reads the store only for
         an id it does not know or after losing a swap (a write it did not expect), and a
@@ -83,7 +84,7 @@ class TransactionCoordinator:
         self._clock_ms = clock_ms
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
-        self._shared = shared
+        self._shared = mode is Mode.CLUSTER
         self._known: dict[str, StoredTransaction] = {}  # alone: each id's state and version, as last seen
         # One change of an id at a time here: what _known holds is always the latest change's.
         self._changing: dict[str, trio.Lock] = {}

@@ -8,6 +8,7 @@ from kafscale.gateway.groups import GroupCoordinator, GroupState, GroupStore
 from kafscale.gateway.groups.coordinator import GroupSettings
 from kafscale.gateway.groups.offsets_topic import NoOffsetsTopic
 from kafscale.gateway.groups.store import CommittedOffset
+from kafscale.gateway.ownership import Mode
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol import ErrorCode, KafkaError
 from kafscale.storage_backends import MemoryBackend
@@ -22,7 +23,7 @@ def backend():
 
 @pytest.fixture
 async def coordinator(nursery, backend):
-    groups = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic())
+    groups = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     await nursery.start(groups.run)
     return groups
 
@@ -160,7 +161,7 @@ async def test_commit_rules_and_durable_offsets(autojump_clock, coordinator, bac
     group = coordinator.check_commit("g", member, 1, None)
     await coordinator.commit(group, {("t", 1): CommittedOffset(9)})
 
-    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic())
+    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     await reloaded.load()
     assert reloaded.committed("solo")[("t", 0)] == CommittedOffset(42, -1, "meta", 1)
     assert reloaded.committed("g")[("t", 1)].offset == 9
@@ -235,7 +236,7 @@ async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock
     in the store when it returns, the last one stored wins, and the ones that queued behind the
     first write share one write."""
     store = _SlowFirstSave(backend)
-    coordinator = GroupCoordinator(store, SETTINGS, offsets_log=NoOffsetsTopic())
+    coordinator = GroupCoordinator(store, SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     group = coordinator.check_commit("g", "", -1, None)
     acknowledged = []
 
@@ -248,7 +249,7 @@ async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock
             commits.start_soon(commit, offset)
             await trio.sleep(0.01)
     assert sorted(acknowledged) == list(range(1, 11))
-    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic())
+    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     await reloaded.load()
     assert reloaded.committed("g")[("t", 0)].offset == 10
     assert store.writes == 2

@@ -16,7 +16,7 @@ from kafscale.gateway.log.partition_log import AppendedEntry, LogSettings, Parti
 from kafscale.gateway.log.recovery import recover
 from kafscale.gateway.log.timestamps import offset_for_timestamp
 from kafscale.gateway.maintenance import MaintenanceFailures
-from kafscale.gateway.ownership import SoleGateway
+from kafscale.gateway.ownership import Mode, SoleGateway
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol import ErrorCode, KafkaError, build_batch, iter_records
 from kafscale.protocol.layout import log_prefix, parse_segment_key, segment_key
@@ -51,7 +51,7 @@ class Node:
 
     def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True, fill_wait_ms=0):
         self.store = store
-        machinery = shared_log(store, "ns", node_id, linger_ms, 1 << 20, clustered=not alone,
+        machinery = shared_log(store, "ns", node_id, linger_ms, 1 << 20, mode=Mode.EMBEDDED if alone else Mode.CLUSTER,
                                live_nodes=lambda: {0, 1}, fill_wait_ms=fill_wait_ms)  # as the log manager wires it
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer

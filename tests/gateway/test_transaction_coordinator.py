@@ -4,6 +4,7 @@ what they were asked and own some partitions (as gateways of a cluster do)."""
 import pytest
 
 from kafscale.gateway.maintenance import MaintenanceFailures
+from kafscale.gateway.ownership import Mode
 from kafscale.gateway.storage import AsyncStore
 from kafscale.gateway.transactions.coordinator import TransactionCoordinator
 from kafscale.gateway.transactions.store import EmbeddedTransactions
@@ -45,7 +46,7 @@ def parts():
     async def new_id():
         return next(ids)
 
-    coordinator = TransactionCoordinator(store, new_id, markers, lambda: clock[0], failures=MaintenanceFailures())
+    coordinator = TransactionCoordinator(store, new_id, markers, lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)
     return coordinator, markers, clock, store
 
 
@@ -97,7 +98,7 @@ async def test_a_prepared_transaction_is_finished_by_the_next_coordinator(parts)
         raise AssertionError("finishing a transaction takes no producer id")
 
     successor = TransactionCoordinator(store, no_new_id, markers, lambda: clock[0],
-                                       failures=MaintenanceFailures())  # another gateway
+                                       failures=MaintenanceFailures(), mode=Mode.CLUSTER)  # another gateway
     await successor.sweep()
     assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
     assert markers.written == [("tx", False, frozenset({("t", 0)}))]
@@ -131,10 +132,10 @@ async def test_each_gateway_writes_the_markers_of_its_partitions_and_the_last_co
     async def no_new_id():
         raise AssertionError("finishing a transaction takes no producer id")
 
-    here = TransactionCoordinator(store, no_new_id, first, lambda: clock[0], failures=MaintenanceFailures())
-    there = TransactionCoordinator(store, no_new_id, second, lambda: clock[0], failures=MaintenanceFailures())
+    here = TransactionCoordinator(store, no_new_id, first, lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)
+    there = TransactionCoordinator(store, no_new_id, second, lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)
     elsewhere = TransactionCoordinator(store, no_new_id, RecordedMarkers(owns=lambda partition: False),
-                                       lambda: clock[0], failures=MaintenanceFailures())  # a coordinator owning none of them
+                                       lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)  # a coordinator owning none of them
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0), ("t", 1)])
     assert (await elsewhere.end("tx", 100, 0, commit=True)).state == TxnState.PREPARE_COMMIT
@@ -154,7 +155,7 @@ async def test_the_next_transaction_finishes_the_previous_one_instead_of_being_s
         raise AssertionError("no producer id needed")
 
     elsewhere = TransactionCoordinator(store, no_new_id, RecordedMarkers(owns=lambda partition: False),
-                                       lambda: clock[0], failures=MaintenanceFailures())
+                                       lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
     await elsewhere.end("tx", 100, 0, commit=False)  # decided, its marker not written yet
