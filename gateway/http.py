@@ -9,7 +9,7 @@ import logging
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kafscale.protocol.layout import META_PREFIX
+from kafscale.protocol.layout import meta_prefix
 
 from .console import render, status
 from .context import GatewayContext
@@ -42,7 +42,7 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     if not ctx.ownership.lease_valid():
         return False, "no valid etcd lease (etcd unreachable or this gateway was paused)"
     store = ctx.logs.store
-    meta = f"{ctx.config.storage.namespace}/{META_PREFIX}/"
+    meta = meta_prefix(ctx.config.storage.namespace)
     with trio.move_on_after(_STORE_ANSWER_S) as scope:
         try:
             await store.probe_list(meta)

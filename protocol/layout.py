@@ -77,6 +77,12 @@ def security_key(namespace: str) -> str:
     return f"{namespace}/{META_PREFIX}/{SECURITY_DOCUMENT}"
 
 
+def meta_prefix(namespace: str, kind: str | None = None) -> str:
+    """``{namespace}/~meta/``, or the folder of one kind of document under it (``groups``,
+    ``transactions``, ``lfs``: one object per group, transactional id, upload)."""
+    return f"{namespace}/{META_PREFIX}/" + (f"{kind}/" if kind else "")
+
+
 def topic_prefix(namespace: str, topic: str) -> str:
     return f"{namespace}/{topic}/"
 

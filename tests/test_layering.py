@@ -255,3 +255,26 @@ def test_the_parts_check_sees_a_del_and_a_call_through_any_name():
               "target.book.state.open.clear()\n"
               "x = ctx.logs.get(t, p).pieces\n")
     assert len(_reaches_into_log_parts(source, "handler.py")) == 3
+
+
+def _builds_meta_keys(source: str, path: str) -> list[str]:
+    """Keys of the ``~meta/`` documents put together outside protocol/layout.py: the
+    META_PREFIX name used, or ``~meta`` inside an f-string."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=path)):
+        if isinstance(node, ast.Name) and node.id == "META_PREFIX":
+            found.append(f"{path}:{node.lineno} META_PREFIX")
+        elif isinstance(node, ast.JoinedStr) and any(
+                isinstance(part, ast.Constant) and "~meta" in str(part.value) for part in node.values):
+            found.append(f"{path}:{node.lineno} ~meta in an f-string")
+    return found
+
+
+def test_meta_keys_are_built_in_the_layout_module_only():
+    found = []
+    for folder in ("gateway", "spark_connector", "storage_backends", "lfs_sdk", "admin", "kafka_client"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found += _builds_meta_keys(path.read_text(), str(path.relative_to(ROOT)))
+    assert found == []
+    # The check itself can fail.
+    assert len(_builds_meta_keys('key = f"{ns}/~meta/groups/"\nother = f"{ns}/{META_PREFIX}/x"\n', "x.py")) == 2

@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kafscale.protocol.layout import META_PREFIX, id_object_name, id_of_object_name
+from kafscale.protocol.layout import id_object_name, id_of_object_name, meta_prefix
 
 from ..storage import AsyncStore
 
@@ -103,7 +103,7 @@ class GroupStore:
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
         self._store = store
-        self._prefix = f"{namespace}/{META_PREFIX}/groups/"
+        self._prefix = meta_prefix(namespace, "groups")
 
     def _key(self, group_id: str) -> str:
         return self._prefix + id_object_name(group_id) + ".json"

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.layout import META_PREFIX
+from kafscale.protocol.layout import meta_prefix
 from kafscale.protocol.lfs import (
     CHECKSUMS,
     InvalidPointer,
@@ -129,7 +129,7 @@ class LfsService:
         self._namespace = namespace
         self._metrics = metrics
         self._policy_of = policy_of  # a topic's enforced configs; None if the topic does not exist
-        self._prefix = f"{namespace}/{META_PREFIX}/lfs/"
+        self._prefix = meta_prefix(namespace, "lfs")
         # Short calls (HEADs, multipart control) and streams (an upload or download held open
         # by its client) take threads from separate pools: slow clients never delay the HEADs
         # that produce requests wait on.

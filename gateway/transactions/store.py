@@ -17,7 +17,7 @@ from typing import Protocol
 
 import trio
 
-from kafscale.protocol.layout import DIGEST_NAME_PREFIX, META_PREFIX, id_object_name, id_of_object_name
+from kafscale.protocol.layout import DIGEST_NAME_PREFIX, id_object_name, id_of_object_name, meta_prefix
 from kafscale.protocol.transactions import Transaction
 from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound
 
@@ -67,7 +67,7 @@ class EmbeddedTransactions:
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
         self._store = store
-        self._prefix = f"{namespace}/{META_PREFIX}/transactions/"
+        self._prefix = meta_prefix(namespace, "transactions")
 
     def _key(self, transactional_id: str) -> str:
         return f"{self._prefix}{id_object_name(transactional_id)}.json"
