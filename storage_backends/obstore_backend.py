@@ -19,6 +19,7 @@ from .base import (
     ObjectInfo,
     ObjectNotFound,
     Pieces,
+    StorageError,
     StorageUnavailable,
     joined,
 )
@@ -49,16 +50,7 @@ class ObstoreBackend:
             self._made_durable(key)
 
     def put_if_absent(self, key: str, data: ObjectData) -> str:
-        try:
-            result = obstore.put(self._store, key, joined(data), mode="create")
-        except AlreadyExistsError as exc:
-            raise ObjectExists(key) from exc
-        except FileExistsError as exc:
-            raise ObjectExists(key) from exc
-        except BaseError as exc:
-            raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
-        except OSError as exc:
-            raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
+        result = self._call(obstore.put, key, joined(data), mode="create")
         self._made_durable(key)
         return result.get("e_tag") or ""
 
@@ -78,11 +70,9 @@ class ObstoreBackend:
 
     def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
         try:  # If-Match on S3 (and S3-compatible servers): checked by the store, atomically
-            result = obstore.put(self._store, key, data, mode={"e_tag": version})
-        except (PreconditionError, NotFoundError, FileNotFoundError) as exc:
+            result = self._call(obstore.put, key, data, mode={"e_tag": version})
+        except ObjectNotFound as exc:  # gone since it was read: changed too
             raise ObjectChanged(key) from exc
-        except (BaseError, OSError) as exc:
-            raise StorageUnavailable(f"put {key}: {_reason(exc)}") from exc
         self._made_durable(key)
         return result.get("e_tag") or ""
 
@@ -124,8 +114,8 @@ class ObstoreBackend:
             items = obstore.list(self._store, prefix=prefix or None).collect()
         except FileNotFoundError:
             return []
-        except (BaseError, OSError) as exc:
-            raise StorageUnavailable(f"list {prefix}: {_reason(exc)}") from exc
+        except Exception as exc:
+            raise translated(exc, "list", prefix) from exc
         # LocalStore lists in directory order; callers rely on key order.
         return sorted((ObjectInfo(item["path"], item["size"]) for item in items), key=lambda i: i.key)
 
@@ -143,18 +133,14 @@ class ObstoreBackend:
         except FileNotFoundError:  # some were gone already: delete the rest one by one
             for key in keys:
                 self.delete(key)
-        except (BaseError, OSError) as exc:
-            raise StorageUnavailable(f"delete of {len(keys)} objects from {keys[0]}: {_reason(exc)}") from exc
+        except Exception as exc:
+            raise translated(exc, f"delete of {len(keys)} objects from", keys[0]) from exc
 
     def _call(self, function, key: str, *args, **kwargs):
         try:
             return function(self._store, key, *args, **kwargs)
-        except FileNotFoundError as exc:
-            raise ObjectNotFound(key) from exc
-        except (BaseError, OSError) as exc:
-            raise StorageUnavailable(f"{function.__name__} {key}: {_reason(exc)}") from exc
-        except (TypeError, ValueError) as exc:  # obstore's path parsing: the key, not the store
-            raise InvalidKey(f"{function.__name__} {key!r}: not a key this store can name ({exc})") from exc
+        except Exception as exc:
+            raise translated(exc, function.__name__, key) from exc
 
     def _made_durable(self, key: str) -> None:
         """Hook for backends whose writes are not durable when the call returns."""
@@ -173,9 +159,9 @@ class _Stream:
             raise StorageUnavailable(f"{what} {self._key}: the stream is closed")
         try:
             function(*args)
-        except (BaseError, OSError) as exc:
+        except Exception as exc:
             self._writer = None
-            raise StorageUnavailable(f"{what} {self._key}: {_reason(exc)}") from exc
+            raise translated(exc, what, self._key) from exc
 
     def write(self, data: bytes) -> None:
         self._call("write", self._writer.write, data)
@@ -204,10 +190,8 @@ class LocalBackend(ObstoreBackend):
         try:
             with open(self.root / key, "rb") as file:
                 return file.read(), _file_version(os.fstat(file.fileno()))
-        except FileNotFoundError as exc:
-            raise ObjectNotFound(key) from exc
         except OSError as exc:
-            raise StorageUnavailable(f"get {key}: {exc}") from exc
+            raise translated(exc, "get", key) from exc
 
     def version(self, key: str) -> str | None:
         try:
@@ -215,7 +199,7 @@ class LocalBackend(ObstoreBackend):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StorageUnavailable(f"head {key}: {exc}") from exc
+            raise translated(exc, "head", key) from exc
 
     def put_if_absent(self, key: str, data: ObjectData) -> str:
         """A new file linked into place (a link never replaces: a second writer gets
@@ -232,16 +216,14 @@ class LocalBackend(ObstoreBackend):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 written = self._write_file(temporary, data)
             os.link(temporary, path)
-        except FileExistsError as exc:
-            raise ObjectExists(key) from exc
         except OSError as exc:
-            raise StorageUnavailable(f"put {key}: {exc}") from exc
+            raise translated(exc, "put", key) from exc
         finally:
             _discard(temporary)
         try:
             self._entry_durable(path)
         except OSError as exc:
-            raise StorageUnavailable(f"fsync {key}: {exc}") from exc
+            raise translated(exc, "fsync", key) from exc
         return written
 
     def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
@@ -254,7 +236,7 @@ class LocalBackend(ObstoreBackend):
         except FileNotFoundError as exc:
             raise ObjectChanged(key) from exc
         except OSError as exc:
-            raise StorageUnavailable(f"put {key}: {exc}") from exc
+            raise translated(exc, "put", key) from exc
         temporary = _temporary(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -270,7 +252,7 @@ class LocalBackend(ObstoreBackend):
                 _fsync_path(os.path.dirname(path))
         except OSError as exc:
             _discard(temporary)
-            raise StorageUnavailable(f"put {key}: {exc}") from exc
+            raise translated(exc, "put", key) from exc
         finally:
             os.close(fd)
         return written
@@ -294,7 +276,7 @@ class LocalBackend(ObstoreBackend):
             _fsync_path(path)
             self._entry_durable(path)
         except OSError as exc:
-            raise StorageUnavailable(f"fsync {key}: {exc}") from exc
+            raise translated(exc, "fsync", key) from exc
 
     def _entry_durable(self, path: str) -> None:
         """Make the directory entry of ``path`` reach the disk; directories above it only
@@ -310,6 +292,24 @@ class LocalBackend(ObstoreBackend):
             _fsync_path(parent)
             self._durable_dirs.add(directory)
             directory = parent
+
+
+def translated(exc: Exception, what: str, key: str) -> StorageError:
+    """obstore's and the operating system's errors as ours: one table for every operation.
+    Anything else (a bug of ours) is raised as it is."""
+    if isinstance(exc, StorageError):
+        return exc  # translated already
+    if isinstance(exc, (AlreadyExistsError, FileExistsError)):
+        return ObjectExists(key)
+    if isinstance(exc, PreconditionError):
+        return ObjectChanged(key)
+    if isinstance(exc, (NotFoundError, FileNotFoundError)):
+        return ObjectNotFound(key)
+    if isinstance(exc, (BaseError, OSError)):
+        return StorageUnavailable(f"{what} {key}: {_reason(exc)}")
+    if isinstance(exc, (TypeError, ValueError)):  # obstore's path parsing: the key, not the store
+        return InvalidKey(f"{what} {key!r}: not a key this store can name ({exc})")
+    raise exc
 
 
 def _reason(exc: BaseException) -> str:
