@@ -25,6 +25,7 @@ from kafscale.protocol.records import Record, restamp, split_batches
 from kafscale.protocol.segment import SegmentBuilder
 from kafscale.storage_backends import LocalBackend, MemoryBackend, StorageUnavailable
 from kafscale.storage_backends.base import joined
+from kafscale.storage_backends.wrappers import Call, CountingStore, FaultyStore
 
 SETTINGS = LogSettings("ns", segment_bytes=1 << 20, index_interval=4)
 
@@ -203,23 +204,21 @@ async def test_taking_a_partition_over_seals_it_in_the_former_owners_writer(stor
     assert _values(await (await reader.open(1)).read(0, 1 << 20)) == [b"v%d" % i for i in range(6)]
 
 
-class DelayedPuts(MemoryBackend):
-    """Holds log-object PUTs of one writer until released: a PUT delayed past the lease."""
-
-    waits_for_io = True  # a held PUT blocks its thread, as a hanging store would
+class DelayedPuts(FaultyStore):
+    """Holds log-object PUTs of one writer until released: a PUT delayed past the lease
+    (in a worker thread, as a hanging store would hold it)."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(MemoryBackend(), self._hold_one, waits_for_io=True)
         self.hold: str | None = None
         self.held = None
         self.release = None
 
-    def put_if_absent(self, key, data):
-        if self.hold and self.hold in key:
+    def _hold_one(self, call: Call) -> None:
+        if call.operation == "put_if_absent" and self.hold and self.hold in call.key:
             self.hold = None  # this one PUT only (not the seal another gateway puts there)
             self.held.set()
             self.release.wait()
-        return super().put_if_absent(key, data)
 
 
 async def test_a_put_delayed_past_the_lease_never_becomes_visible(nursery):
@@ -252,15 +251,18 @@ async def test_a_put_delayed_past_the_lease_never_becomes_visible(nursery):
     assert offsets == list(range(9))
 
 
-class Outage(MemoryBackend):
-    down = False
-    attempts = 0
+class Outage(FaultyStore):
+    """Log-object PUTs fail while ``down``."""
 
-    def put_if_absent(self, key, data):
-        if self.down and "/~log/" in key:
+    def __init__(self):
+        super().__init__(MemoryBackend(), self._fail)
+        self.down = False
+        self.attempts = 0
+
+    def _fail(self, call: Call) -> None:
+        if call.operation == "put_if_absent" and self.down and "/~log/" in call.key:
             self.attempts += 1
             raise StorageUnavailable("injected outage")
-        return super().put_if_absent(key, data)
 
 
 async def test_a_write_in_doubt_is_retried_and_never_reuses_offsets(nursery):
@@ -366,24 +368,18 @@ async def test_compaction_writes_bounded_segments_and_the_janitor_deletes_log_ob
     assert _values(await log.read(0, 1 << 20)) == [b"v%d" % i for i in range(200)]
 
 
-class CountingReads(MemoryBackend):
+class CountingReads(CountingStore):
     """Counts whole-object and ranged reads of segments."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(MemoryBackend())
         self.whole, self.ranged = 0, 0
 
-    def get(self, key):
-        self.whole += key.endswith(".kfs")
-        return super().get(key)
-
-    def get_range_view(self, key, start, end):
-        self.ranged += key.endswith(".kfs")
-        return super().get_range_view(key, start, end)
-
-    def get_view(self, key):
-        self.whole += key.endswith(".kfs")
-        return super().get_view(key)
+    def _after(self, call: Call, size: int) -> None:
+        super()._after(call, size)
+        if call.key.endswith(".kfs"):
+            self.whole += call.operation in ("get", "get_view")
+            self.ranged += call.operation == "get_range_view"
 
 
 async def test_a_large_segment_is_read_in_windows_its_index_bounds(nursery, monkeypatch):
@@ -652,16 +648,18 @@ async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(monkeypatch
     assert len(remaining) == 1  # the seal, for good
 
 
-class FailingLogPuts(MemoryBackend):
+class FailingLogPuts(FaultyStore):
     """One writer's own PUTs of data objects fail (outcome unknown) while ``down``; seals
     other gateways put in its slots go through."""
 
-    down: str | None = None
+    def __init__(self):
+        super().__init__(MemoryBackend(), self._fail)
+        self.down: str | None = None
 
-    def put_if_absent(self, key, data):
-        if self.down and self.down in key and joined(data)[6:8] == b"\x00\x00":  # kind 0: data
+    def _fail(self, call: Call) -> None:
+        if (call.operation == "put_if_absent" and self.down and self.down in call.key
+                and joined(call.data)[6:8] == b"\x00\x00"):  # kind 0: data
             raise StorageUnavailable("injected: the PUT's answer was lost")
-        return super().put_if_absent(key, data)
 
 
 async def test_appends_accepted_under_a_lost_epoch_are_never_written(nursery):

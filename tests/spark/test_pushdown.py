@@ -21,6 +21,7 @@ from kafscale.spark_connector.planning import plan  # noqa: E402
 from kafscale.spark_connector.pushdown import NO_BOUNDS, Bounds, push  # noqa: E402
 from kafscale.spark_connector.rows import read_range  # noqa: E402
 from kafscale.spark_connector.tasks import open_location  # noqa: E402
+from kafscale.storage_backends.wrappers import CountingStore
 
 BASE_MS = 1_700_000_000_000
 PER_PARTITION = 12_000  # of 1 KiB: a segment above 8 MiB, so compaction writes its sparse index
@@ -48,41 +49,16 @@ def data(tmp_path_factory):
     return root
 
 
-class CountingStore:
-    """The store the reader opens, with the bytes each read fetched counted."""
-
-    def __init__(self, store) -> None:
-        self._store, self.fetched = store, 0
-
-    def get(self, key):
-        data = self._store.get(key)
-        self.fetched += len(data)
-        return data
-
-    def get_view(self, key):
-        data = self._store.get_view(key)
-        self.fetched += len(data)
-        return data
-
-    def get_range(self, key, start, end):
-        data = self._store.get_range(key, start, end)
-        self.fetched += len(data)
-        return data
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
-
-
 def _read(data, bounds):
     """The rows read, and the bytes the executors fetched (planning's reads of footers and
     log-object directories are the same with or without bounds)."""
     options = parse_options({"path": str(data), "subscribe": "big"})
     store = CountingStore(open_location(options))
     ranges = plan(store, options, bounds)
-    store.fetched = 0
+    planned = store.bytes_read()
     rows = [(batch.column("partition")[i].as_py(), batch.column("offset")[i].as_py())
             for part in ranges for batch in read_range(store, part, False) for i in range(batch.num_rows)]
-    return rows, store.fetched
+    return rows, store.bytes_read() - planned
 
 
 def test_filters_become_bounds_and_timestamps_stay_with_spark():

@@ -14,12 +14,19 @@ from kafscale.storage_backends import (
     Pieces,
     open_store,
 )
+from kafscale.storage_backends.wrappers import Call, CountingStore, FaultyStore
 
 
-@pytest.fixture(params=["memory", "local", "local-nofsync", "s3-moto", "s3-seaweedfs"])
+@pytest.fixture(params=["memory", "local", "local-nofsync", "s3-moto", "s3-seaweedfs", "counting-local",
+                        "faulty-memory"])
 def store(request, tmp_path) -> ObjectStore:
     if request.param == "memory":
         return MemoryBackend()
+    # The test seams keep the contract: every call reaches the store they wrap, as it was made.
+    if request.param == "counting-local":
+        return CountingStore(LocalBackend(tmp_path / "data"))
+    if request.param == "faulty-memory":
+        return FaultyStore(MemoryBackend(), plan=lambda call: None)
     if request.param == "s3-moto":
         server = request.getfixturevalue("moto_server")
         return open_store(f"s3://{server.create_bucket()}/some/prefix", s3=server.options())
@@ -267,3 +274,23 @@ def test_a_wrong_secret_is_named_as_such_not_as_a_missing_bucket(seaweed_server)
     with pytest.raises(StorageUnavailable) as missing:
         S3Backend("no-such-bucket-here", "x", dataclasses.replace(seaweed_server.options(), retries=0)).check()
     assert "does not exist" in str(missing.value), missing.value
+
+
+def test_the_seams_count_and_refuse_calls_before_the_store_sees_them():
+    counting = CountingStore(MemoryBackend())
+    counting.put("ns/a", b"12345")
+    assert counting.get("ns/a") == b"12345" and counting.get_range("ns/a", 1, 3) == b"23"
+    assert counting.count("put") == 1 and counting.count("get", "get_range") == 2
+    assert counting.bytes_read() == 7 and counting.count(key=lambda key: key == "ns/b") == 0
+    inner = MemoryBackend()
+    refused: list[Call] = []
+
+    def plan(call: Call) -> None:
+        if call.operation == "put_if_absent":
+            refused.append(call)
+            raise ObjectExists(call.key)
+
+    faulty = FaultyStore(inner, plan)
+    with pytest.raises(ObjectExists):
+        faulty.put_if_absent("ns/c", b"x")
+    assert inner.head("ns/c") is None and refused == [Call("put_if_absent", "ns/c", b"x")]

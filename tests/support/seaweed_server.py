@@ -18,6 +18,19 @@ BUCKET = "kafscale-tests"  # weed mini creates it at start (names need 3+ charac
 ACCESS_KEY, SECRET_KEY = "kafscale", "kafscale-secret"
 
 
+# weed listens for gRPC on each service's port + 10000: ports above this would name none.
+_GRPC_OFFSET = 10000
+_PORT_LIMIT = 65535 - _GRPC_OFFSET
+
+
+def _weed_port() -> int:
+    """A free port whose gRPC twin (port + 10000) is a valid port too."""
+    while True:
+        port = free_port()
+        if port <= _PORT_LIMIT:
+            return port
+
+
 def weed_binary() -> str:
     found = shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
     if not Path(found).exists():
@@ -27,16 +40,18 @@ def weed_binary() -> str:
 
 class SeaweedServer:
     def __init__(self, work_dir: Path) -> None:
-        self.port = free_port()
+        self.port = _weed_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = work_dir / "seaweedfs.log"
-        ports = {name: free_port() for name in ("master", "volume", "filer", "admin", "webdav", "debug",
+        ports = {name: _weed_port() for name in ("master", "volume", "filer", "admin", "webdav", "debug",
                                                 "s3.metrics")}
         command = [weed_binary(), "mini", f"-dir={work_dir / 'weed'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                    f"-bucket={BUCKET}", f"-s3.port={self.port}", f"-master.port={ports['master']}",
                    f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
                    f"-admin.port={ports['admin']}", f"-webdav.port={ports['webdav']}",
-                   f"-debug.port={ports['debug']}", f"-s3.metricsPort={ports['s3.metrics']}"]
+                   f"-debug.port={ports['debug']}", f"-s3.metricsPort={ports['s3.metrics']}",
+                   # Its Iceberg and Lance catalogs listen on fixed ports: two servers would collide.
+                   "-s3.port.iceberg=0", "-s3.port.lance=0"]
         # weed mini takes its S3 identity from the standard AWS variables.
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
         with open(self.log_path, "wb") as log:
