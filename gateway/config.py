@@ -12,7 +12,7 @@ from typing import Any, Literal
 from kafscale import __version__
 from kafscale.storage_backends import S3Options, check_location
 
-__all__ = ["GatewayConfig", "ConfigError", "Listener", "LoadedConfig", "load_config", "resolve_config", "build_parser", "SECURITY_PROTOCOLS",
+__all__ = ["GatewayConfig", "ConfigError", "Listener", "ResolvedLog", "LoadedConfig", "load_config", "resolve_config", "build_parser", "SECURITY_PROTOCOLS",
            "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
            "ClusterConfig", "LogConfig", "TopicsConfig", "GroupsConfig", "LfsConfig", "LimitsConfig", "LoggingConfig"]
 
@@ -250,6 +250,15 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolvedLog:
+    """:class:`LogConfig`'s backend-dependent options as they apply (``GatewayConfig.resolved_log``)."""
+
+    linger_ms: int
+    flush_bytes: int
+    compaction_delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     """The shared log: writing log objects, compaction into segments, indexes."""
 
@@ -448,21 +457,15 @@ class GatewayConfig:
         return [item for kind in SECTIONS.values() for item in fields(kind)]
 
     @property
-    def flush_linger_ms(self) -> int:
-        """linger_ms, or the backend's default: an S3 PUT costs money, a file write does not."""
-        linger = self.log.linger_ms
-        return linger if linger >= 0 else (250 if self.storage.on_s3 else 0)
-
-    @property
-    def compaction_max_delay_ms(self) -> int:
-        """compaction_delay_ms, or the backend's default."""
-        delay = self.log.compaction_delay_ms
-        return delay if delay >= 0 else (600_000 if self.storage.on_s3 else 60_000)
-
-    @property
-    def flush_max_bytes(self) -> int:
-        flush = self.log.flush_bytes
-        return flush if flush > 0 else (8 if self.storage.on_s3 else 4) * 2**20
+    def resolved_log(self) -> ResolvedLog:
+        """The log options whose -1 (0 for flush_bytes) means the backend's default, resolved:
+        an S3 PUT costs money and a segment is a billed PUT, a file write does not."""
+        log, on_s3 = self.log, self.storage.on_s3
+        return ResolvedLog(
+            linger_ms=log.linger_ms if log.linger_ms >= 0 else (250 if on_s3 else 0),
+            flush_bytes=log.flush_bytes if log.flush_bytes > 0 else (8 if on_s3 else 4) * 2**20,
+            compaction_delay_ms=log.compaction_delay_ms if log.compaction_delay_ms >= 0 else (
+                600_000 if on_s3 else 60_000))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{item.name}={'***' if item.metadata.get('secret') and self.option(item.name) else self.option(item.name)!r}"

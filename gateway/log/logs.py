@@ -84,8 +84,9 @@ class LogManager:
         self.ownership = ownership
         self.mode = ownership.mode
         self.cache: ByteLRU = ByteLRU(config.limits.cache_bytes)
-        machinery = shared_log(store, config.storage.namespace, ownership.node_id, config.flush_linger_ms,
-                               config.flush_max_bytes, mode=self.mode, fill_wait_ms=config.log.fill_wait_ms,
+        resolved = config.resolved_log
+        machinery = shared_log(store, config.storage.namespace, ownership.node_id, resolved.linger_ms,
+                               resolved.flush_bytes, mode=self.mode, fill_wait_ms=config.log.fill_wait_ms,
                                live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
                                on_new_writer=self._fence_loaded)
         self.damage, self.objects = machinery.damage, machinery.objects
@@ -119,7 +120,7 @@ class LogManager:
 
     def settings_for(self, info: TopicInfo) -> LogSettings:
         return LogSettings(self.config.storage.namespace, self.policy(info).segment_bytes, self.config.log.index_interval,
-                           self.config.log.producer_scan_bytes, self.config.compaction_max_delay_ms,
+                           self.config.log.producer_scan_bytes, self.config.resolved_log.compaction_delay_ms,
                            self.config.log.compaction_min_bytes)
 
     def policy(self, info: TopicInfo | None) -> TopicPolicy:
