@@ -12,8 +12,8 @@ from typing import Any, Literal
 from kafscale import __version__
 from kafscale.storage_backends import S3Options, check_location
 
-__all__ = ["GatewayConfig", "ConfigError", "Listener", "ResolvedLog", "LoadedConfig", "load_config", "resolve_config", "build_parser", "SECURITY_PROTOCOLS",
-           "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
+__all__ = ["GatewayConfig", "ConfigError", "Listener", "ResolvedLog", "LoadedConfig", "load_config", "resolve_config",
+           "build_parser", "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECTIONS", "NetworkConfig", "TlsConfig", "SaslConfig", "AclConfig", "StorageConfig",
            "ClusterConfig", "LogConfig", "TopicsConfig", "GroupsConfig", "LfsConfig", "LimitsConfig", "LoggingConfig"]
 
 
@@ -484,6 +484,7 @@ class GatewayConfig:
             choices = item.metadata.get("choices")
             if choices and value not in choices:
                 raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
+        _ = self.network.requested_node_id  # raises ConfigError when it is neither auto nor a number
         log, storage = self.log, self.storage
         if log.compaction_time_percent > 100:
             raise ConfigError(f"compaction_time_percent must be <= 100, got {log.compaction_time_percent}")
@@ -502,7 +503,6 @@ class GatewayConfig:
 
     def _validate_security(self) -> None:
         network, tls, sasl = self.network, self.tls, self.sasl
-        _ = network.requested_node_id  # raises ConfigError when it is neither auto nor a number
         network.protocol_map()
         listeners = network.kafka_listeners
         if len({(listener.host, listener.port) for listener in listeners if listener.port}) != \
