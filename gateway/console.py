@@ -1,7 +1,7 @@
 """The status console: one read-only HTML page at ``/`` of the HTTP listener.
 
 :func:`status` gathers what this gateway knows (the cluster's gateways and who leads each
-partition; offsets of the partitions it leads; the groups it coordinates, with lag; open
+partition; offsets of the partitions it leads and serves (loaded: a page reads no store); the groups it coordinates, with lag; open
 transactions; compaction and cleaner backlog; damage; LFS) and :func:`render` turns it
 into a page: server-rendered, no script, no build step. In a cluster each gateway shows the
 offsets and groups it serves itself (the others' consoles show theirs).
@@ -15,23 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kafscale import __version__
-from kafscale.protocol.errors import KafkaError
-from kafscale.storage_backends import StorageError
 
 from .context import GatewayContext
 from .groups.coordinator import GroupState
 
 __all__ = ["Status", "status", "render"]
 
-# Offsets are read from the partition logs this gateway leads, loading each: at most this many.
-MAX_PARTITIONS_SHOWN = 2000
-
-
 @dataclass
 class PartitionRow:
     partition: int
     leader: int | None
-    log_start: int | None = None  # None: led by another gateway (its console shows it)
+    log_start: int | None = None  # None: led by another gateway (its console shows it), or not loaded
     log_end: int | None = None
     last_stable: int | None = None
 
@@ -54,15 +48,12 @@ class Status:
     transactions: list[dict]
     backlog: dict[str, float]
     damage: list[str]
-    partitions_left_out: int
 
 
 async def status(ctx: GatewayContext, ready: str) -> Status:
     ownership = ctx.ownership
     led: dict[int, int] = {}
     topics = []
-    shown = 0
-    left_out = 0
     for name, info in sorted(ctx.logs.topics().items()):
         policy = ctx.logs.policy(info)
         row = TopicRow(name, ",".join(kind for kind, on in (("compact", policy.compact), ("delete", policy.delete))
@@ -73,17 +64,12 @@ async def status(ctx: GatewayContext, ready: str) -> Status:
             if node is not None:
                 led[node] = led.get(node, 0) + 1
             cells = PartitionRow(partition, node)
-            if ownership.owns(name, partition):
-                if shown < MAX_PARTITIONS_SHOWN:
-                    shown += 1
-                    try:
-                        log = await ctx.logs.get(name, partition)
-                        cells.log_start, cells.log_end = log.log_start_offset, log.high_watermark
-                        cells.last_stable = log.last_stable_offset
-                    except (KafkaError, StorageError):
-                        pass  # moving, or its store failing: shown without offsets
-                else:
-                    left_out += 1
+            # A page costs no store request: a partition not served since start (not loaded)
+            # is shown without offsets rather than recovered (in a cluster: fenced) for it.
+            log = ctx.logs.loaded_log(name, partition) if ownership.owns(name, partition) else None
+            if log is not None:
+                cells.log_start, cells.log_end = log.log_start_offset, log.high_watermark
+                cells.last_stable = log.last_stable_offset
             row.partitions.append(cells)
         topics.append(row)
     ends = {(t.name, p.partition): p.log_end for t in topics for p in t.partitions if p.log_end is not None}
@@ -114,7 +100,7 @@ async def status(ctx: GatewayContext, ready: str) -> Status:
     damage += [f"rebuilding the transaction state of {name}" for name in sorted(ctx.logs.damage.rebuilding)]
     damage += [f"group {group_id}: stored state unreadable" for group_id in sorted(ctx.groups.damaged)]
     return Status(ctx.node_id, ownership.mode.value, ready, brokers, topics, groups,
-                  transactions, backlog, damage, left_out)
+                  transactions, backlog, damage)
 
 
 def _cell(value: object) -> str:
@@ -154,8 +140,6 @@ def render(page: Status) -> bytes:
                 for b in page.brokers], "no gateway registered"),
         "<h2>Topics</h2>",
     ]
-    if page.partitions_left_out:
-        parts.append(f'<p class="meta">offsets of {page.partitions_left_out} more partitions are not shown</p>')
     rows = [[t.name, p.partition, t.cleanup_policy, p.leader, p.log_start, p.log_end, p.last_stable]
             for t in page.topics for p in t.partitions]
     parts.append(_table(["topic", "partition", "cleanup", "leader", "log start", "log end", "last stable"], rows,

@@ -78,11 +78,14 @@ class NodeLease:
         """Take the requested id (or, for ``auto``, the lowest free one) under a new lease.
         A given id that a gateway which just died still holds is waited for, at most
         ``wait_s``; then :class:`NodeIdTaken`."""
+        await self._claim(self.requested, wait_s)
+
+    async def _claim(self, wanted: int | Literal["auto"], wait_s: float) -> None:
         deadline = trio.current_time() + wait_s
         while True:
             sent = trio.current_time()
             lease = await self._etcd.lease_grant(self.ttl_s)
-            candidates = [self.requested] if self.requested != "auto" else await self._free_ids()
+            candidates = [wanted] if wanted != "auto" else await self._free_ids()
             for node_id in candidates:
                 key = f"{self._prefix}{node_id}"
                 value = broker_record(self._as(node_id), draining=self.draining)
@@ -95,13 +98,13 @@ class NodeLease:
                              node_id, self._host, self._port, lease, self.ttl_s)
                     return
             await self._etcd.lease_revoke(lease)
-            if self.requested == "auto":
+            if wanted == "auto":
                 await trio.sleep(0.1)  # other gateways took those ids at the same moment: look again
                 continue
             holder = responses[0][0].value.decode() if responses and responses[0] else "?"
             if trio.current_time() > deadline:
-                raise NodeIdTaken(f"node id {self.requested} is taken by a live gateway ({holder})")
-            log.warning("node id %s is still registered (%s); waiting for that lease to end", self.requested, holder)
+                raise NodeIdTaken(f"node id {wanted} is taken by a live gateway ({holder})")
+            log.warning("node id %s is still registered (%s); waiting for that lease to end", wanted, holder)
             await trio.sleep(1.0)
 
     async def _free_ids(self) -> list[int]:
@@ -148,16 +151,13 @@ class NodeLease:
         log.warning("lease %x is gone (paused or cut off for longer than %d s): everything it owned has moved; "
                     "joining again as node %d", self.lease, self.ttl_s, self.node_id)
         self.deadline = 0.0
-        requested, self.requested = self.requested, self.node_id
         try:
-            await self.claim(wait_s=self.ttl_s + 2)
+            await self._claim(self.node_id, wait_s=self.ttl_s + 2)  # its own id: everything was built on it
         except NodeIdTaken:
-            if requested != "auto":
+            if self.requested != "auto":
                 raise EtcdError(f"node id {self.node_id} is still held by another gateway") from None
             raise NodeIdTaken(f"node id {self.node_id} was taken by another gateway while this one was cut off "
                               "from etcd; it stops, to be started again with a new id") from None
-        finally:
-            self.requested = requested
 
     async def revoke(self) -> None:
         """Graceful stop: revoking the lease frees every key held under it at once."""
