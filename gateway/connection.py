@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -43,7 +42,7 @@ from typing import TypeVar
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.messages import Request, encode_response_pieces
+from kafscale.protocol.messages import Request
 from kafscale.protocol.response_fields import Buffer
 from kafscale.storage_backends import StorageError
 
@@ -52,8 +51,8 @@ from .context import GatewayContext, RequestContext
 from .handlers import Handler
 from .handlers.base import Completion, Ready
 from .log_limits import PerSourceLog
-from .security.access import Session
-from .wire import Answer, KafkaWire, RawToken, Violation
+from .security.session import Session
+from .wire import Answer, KafkaWire, RawToken, Violation, frame_response, frame_token
 
 __all__ = ["Connection"]
 
@@ -62,7 +61,6 @@ log = logging.getLogger("kafscale.connection")
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 _SEND_CHUNK = 1 << 20  # under TLS a response goes out in pieces this large, each under the stall timeout
 _IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
-_SIZE = struct.Struct(">i")
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
 RECEIVE_BUFFER_BYTES = 64 * 1024  # what one read of a plain TCP socket takes when no large body is pending
 _YIELD_BYTES = 1 << 20  # the reader lets other tasks run at least once per this much read
@@ -88,7 +86,7 @@ class _Slot:
 
     def __init__(self, memory: RequestMemory) -> None:
         self.memory = memory
-        self.payload: list[Buffer] | None = None  # the answer, in pieces sent in order
+        self.payload: list[Buffer] | None = None  # the answer's frame, in pieces sent in order
         self.done = trio.Event()  # set when a task's answer is ready (the writer finishes an ordered one)
         self.close_after = False
         self.ordered: _Ordered | None = None
@@ -246,7 +244,8 @@ class Connection:
                     return
                 continue
             if isinstance(event, Answer):
-                slot.payload = [event.payload]
+                slot.payload = event.frame
+                slot.memory.settle(sum(len(piece) for piece in event.frame))
                 slot.done.set()
                 await self._queue(send_slots, slot)
                 continue
@@ -273,14 +272,11 @@ class Connection:
         failure closes the connection without an answer (as Kafka does for v0)."""
         try:
             answer, _ = await self.ctx.access.authenticate(self.session, token)
-        except KafkaError:
-            self.session.closing = True
+        except KafkaError:  # the authenticator failed the session
             slot.memory.release()
             return
-        if self.session.authenticated:
-            self.session.raw_tokens = False
-        slot.payload = [answer]
-        slot.memory.settle(len(answer))
+        slot.payload = frame_token(answer)
+        slot.memory.settle(4 + len(answer))
         slot.done.set()
         await self._queue(send_slots, slot)
 
@@ -312,7 +308,7 @@ class Connection:
         """The error answer of a request whose handler failed."""
         api = handler.api_key.name
         if handler.closes_on_error:
-            self.session.closing = True
+            self.session.fail()
         if isinstance(exc, trio.TooSlowError):
             return handler.error(request, ErrorCode.request_timed_out)
         if isinstance(exc, KafkaError):
@@ -390,9 +386,9 @@ class Connection:
             if body is None:
                 slot.payload = None
             elif handler.large_answers:
-                slot.payload = await trio.to_thread.run_sync(encode_response_pieces, request.header, body)
+                slot.payload = await trio.to_thread.run_sync(frame_response, request.header, body)
             else:
-                slot.payload = encode_response_pieces(request.header, body)
+                slot.payload = frame_response(request.header, body)
             del body
             if slot.payload is not None:
                 slot.memory.settle(sum(len(piece) for piece in slot.payload))
@@ -423,11 +419,10 @@ class Connection:
                     slot.memory.release()
                     self.unanswered -= 1
 
-    async def _send(self, pieces: list[Buffer]) -> None:
-        """Send one response frame: its size, then its pieces (stored batches are not
-        copied on plain TCP). Each send must make progress within the stall timeout, so a
-        client that stops reading is found out."""
-        frame = [_SIZE.pack(sum(len(piece) for piece in pieces)), *pieces]
+    async def _send(self, frame: list[Buffer]) -> None:
+        """Send one response frame (stored batches are not copied on plain TCP). Each send
+        must make progress within the stall timeout, so a client that stops reading is found
+        out."""
         if self._socket is None:  # TLS encrypts what it is given anyway: a few large sends
             for chunk in _chunks(frame, _SEND_CHUNK):
                 await self._within_stall(self.stream.send_all(chunk))

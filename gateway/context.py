@@ -12,7 +12,8 @@ from .lfs import LfsService
 from .log import LogManager
 from .metrics import Metrics
 from .ownership import Broker, Ownership
-from .security.access import Access, ClientAccess, Session
+from .security.access import Access, ClientAccess
+from .security.session import Session
 from .transactions.coordinator import TransactionCoordinator
 
 __all__ = ["GatewayContext", "RequestContext"]

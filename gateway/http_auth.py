@@ -15,8 +15,8 @@ import binascii
 from .config import Listener
 from .context import GatewayContext
 from .http_exchange import HttpError, HttpExchange
-from .security.access import ANONYMOUS, Session
 from .security.acl import Operation, ResourceType
+from .security.session import ANONYMOUS, Session
 
 __all__ = ["principal_of", "require"]
 
@@ -49,6 +49,6 @@ def require(ctx: GatewayContext, exchange: HttpExchange, principal: str, operati
     """403 unless the ACLs allow ``principal`` the operation on the resource."""
     listener = Listener("HTTP", "SSL" if exchange.peer.tls else "PLAINTEXT", ctx.config.network.http_host,
                         ctx.config.network.http_port)
-    session = Session(listener, exchange.peer.host, principal)
+    session = Session.start(listener, exchange.peer.host, principal)
     if not ctx.access.allowed(session, operation, resource_type, name):
         raise HttpError(403, f"{principal} may not {operation.name} {resource_type.name.lower()} {name!r}")

@@ -17,7 +17,8 @@ from .context import GatewayContext
 from .http import serve_http
 from .log_limits import PerSourceLog
 from .ownership import Endpoint
-from .security.access import Access, Session
+from .security.access import Access
+from .security.session import ANONYMOUS, Session
 from .security.tls import PrincipalMapper, TlsConfigError, TlsContext, TlsHandshakeFailed, tls_accept
 from .security.tls_stream import TlsStream
 from .wiring import Gateway, StartupError, assemble, open_storage
@@ -124,14 +125,15 @@ class Clients:
             peer = f"{host}:{port}"
         except OSError:
             host, peer = "unknown", "unknown"
-        session = Session.start(spec, host)
         client: trio.abc.Stream = stream
+        principal = ANONYMOUS
         if spec.tls:
             assert self._tls is not None  # _tls() made it for every TLS listener
-            secured = await _tls_handshake(stream, *self._tls, session, self._access, self._stall_ms)
+            secured = await _tls_handshake(stream, *self._tls, spec, host, self._access, self._stall_ms)
             if secured is None:
                 return
-            client = secured
+            client, principal = secured
+        session = Session.start(spec, host, principal)
         connection = Connection(self._context, client, self.budget, peer, session, unauthenticated=self.unauthenticated,
                                 receive_buffer=self._receive_buffer, violations=self._violations)
         self.connections.add(connection)
@@ -191,14 +193,14 @@ async def _listen_http(config: GatewayConfig) -> list[trio.SocketListener]:
         raise StartupError(f"cannot listen on {config.network.http_host}:{config.network.http_port}: {exc}") from exc
 
 
-async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: PrincipalMapper, session: Session,
-                         access: Access, stall_ms: int) -> TlsStream | None:
-    """The TLS stream of a new connection, its principal taken from the client certificate
-    (when one was sent); None, the connection closed, when the handshake fails."""
+async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: PrincipalMapper, listener: Listener,
+                         host: str, access: Access, stall_ms: int) -> tuple[TlsStream, str] | None:
+    """The TLS stream of a new connection and its principal, taken from the client certificate
+    (ANONYMOUS when none was sent); None, the connection closed, when the handshake fails."""
     try:
         secured = await tls_accept(stream, tls, stall_ms / 1000)
     except TlsHandshakeFailed as exc:
-        access.tls_failed(session.listener, session.host, str(exc))
+        access.tls_failed(listener, host, str(exc))
         return None
     certificate = secured.getpeercert(binary_form=True)
     if certificate:
@@ -209,11 +211,11 @@ async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: Pri
         else:
             reason = "no ssl_principal_mapping_rules rule matches the client certificate"
         if principal is None:
-            access.tls_failed(session.listener, session.host, reason)
+            access.tls_failed(listener, host, reason)
             await trio.aclose_forcefully(secured)
             return None
-        session.principal = principal
-    return secured
+        return secured, principal
+    return secured, ANONYMOUS
 
 
 def _advertised(config: GatewayConfig, listeners: list[Listener]) -> tuple[Endpoint, ...]:

@@ -278,3 +278,39 @@ def test_meta_keys_are_built_in_the_layout_module_only():
     assert found == []
     # The check itself can fail.
     assert len(_builds_meta_keys('key = f"{ns}/~meta/groups/"\nother = f"{ns}/{META_PREFIX}/x"\n', "x.py")) == 2
+
+
+def _sets_session_state(source: str, path: str) -> list[str]:
+    """Assignments and ``del`` of a session's attributes (``session.x`` or ``….session.x``):
+    a session changes only through its transitions, in gateway/security/session.py."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=path)):
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for part in ast.walk(target):
+                if not isinstance(part, ast.Attribute):
+                    continue
+                owner = part.value
+                if (isinstance(owner, ast.Name) and owner.id == "session") or \
+                        (isinstance(owner, ast.Attribute) and owner.attr == "session"):
+                    found.append(f"{path}:{node.lineno} sets session.{part.attr}")
+    return found
+
+
+def test_a_session_changes_only_through_its_transitions():
+    found = []
+    for path in sorted((ROOT / "gateway").rglob("*.py")):
+        if path == ROOT / "gateway" / "security" / "session.py":
+            continue
+        found += _sets_session_state(path.read_text(), str(path.relative_to(ROOT)))
+    assert found == []
+
+
+def test_the_session_check_sees_what_the_sasl_handler_used_to_do():
+    """The check itself can fail: the assignments of the mutable record are found."""
+    source = ("session.raw_tokens = code == 0\n"
+              "ctx.session.closing = True\n"
+              "session.principal, session.authenticated = p, True\n"
+              "del self.session.exchange\n")
+    assert len(_sets_session_state(source, "sasl.py")) == 5

@@ -23,9 +23,7 @@ def _handshake_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.SASL_HANDSHAKE, error=_handshake_error, ordered=True)
 async def handle_sasl_handshake(ctx: RequestContext, request: Request) -> Ready:
-    session = ctx.session
-    code = ctx.access.handshake(request.body.mechanism)
-    session.raw_tokens = code == ErrorCode.none and request.header.api_version == 0
+    code = ctx.access.handshake(request.body.mechanism, raw_tokens=request.header.api_version == 0)
     return Ready(respond(request, dict(error_code=code, mechanisms=list(ctx.access.mechanisms))))
 
 
@@ -38,8 +36,7 @@ def _authenticate_error(request: Request, code: ErrorCode, message: str | None =
 async def handle_sasl_authenticate(ctx: RequestContext, request: Request) -> Ready:
     try:
         token, lifetime_ms = await ctx.access.authenticate(request.body.auth_bytes)
-    except KafkaError as exc:
-        ctx.session.closing = True
+    except KafkaError as exc:  # the authenticator failed the session: answered, then closed
         return Ready(_authenticate_error(request, exc.code, str(exc)))
     return Ready(respond(request, dict(error_code=ErrorCode.none, error_message=None, auth_bytes=token,
                                        session_lifetime=lifetime_ms)))

@@ -1,7 +1,7 @@
 """Who a connection is and what it may do: the gateway's authenticator and authorizer.
 
-:class:`Session` is one connection's state (listener, principal, SASL progress).
-:class:`Access` is the gateway's: the credential and ACL store, the SASL mechanisms,
+:class:`~.session.Session` is one connection's state (listener, principal, SASL progress),
+changed here by the login's events. :class:`Access` is the gateway's: the credential and ACL store, the SASL mechanisms,
 the ACL decisions, each for the session it is given. Handlers get a
 :class:`ClientAccess`, bound to their request's session (``RequestContext.access``):
 there is no ambient session to fall back on, and a decision asked without one refuses.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-from dataclasses import dataclass, field
 
 import trio
 
@@ -24,43 +23,19 @@ from ..metrics import Metrics
 from .acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Authorizer, Operation, ResourceType
 from .plain import parse_plain
 from .scram import MECHANISMS, AuthenticationFailed, ScramExchange, make_credential
+from .session import Session, SessionEvent, SessionState
 from .store import SecurityStore
 
-__all__ = ["Session", "Access", "ClientAccess", "ANONYMOUS", "load_plain_users"]
+__all__ = ["Access", "ClientAccess", "load_plain_users"]
 
 log = logging.getLogger("kafscale.security")
 
-ANONYMOUS = "User:ANONYMOUS"
 # Metric labels are ours to choose, never the client's: any other mechanism name is "unknown".
 _KNOWN_MECHANISMS = frozenset({"PLAIN", *MECHANISMS})
 
 
 def mechanism_label(mechanism: str | None) -> str:
     return mechanism if mechanism in _KNOWN_MECHANISMS else "unknown"
-
-
-@dataclass
-class Session:
-    """One connection's identity. On a SASL listener it starts unauthenticated."""
-
-    listener: Listener
-    host: str
-    principal: str = ANONYMOUS
-    authenticated: bool = True
-    mechanism: str | None = None  # chosen by the last SaslHandshake
-    exchange: ScramExchange | None = field(default=None, repr=False)
-    expires_at: float | None = None  # trio time the SASL session ends (KIP-368)
-    reauthenticating: bool = False
-    raw_tokens: bool = False  # after SaslHandshake v0: tokens arrive as bare frames
-    closing: bool = False  # answer the current request, then close
-
-    @classmethod
-    def start(cls, listener: Listener, host: str) -> Session:
-        return cls(listener, host, authenticated=not listener.sasl)
-
-    def expired(self, now: float) -> bool:
-        """Whether the SASL session's lifetime ended by ``now`` (trio time)."""
-        return self.expires_at is not None and now >= self.expires_at
 
 
 def load_plain_users(path: str) -> dict[str, str]:
@@ -110,32 +85,27 @@ class Access:
 
     # -- authentication --------------------------------------------------------------------
 
-    def handshake(self, session: Session, mechanism: str) -> ErrorCode:
-        if not session.listener.sasl:
-            session.closing = True
+    def handshake(self, session: Session, mechanism: str, *, raw_tokens: bool) -> ErrorCode:
+        """SaslHandshake: ``mechanism`` for the exchange that follows (its tokens bare frames
+        when ``raw_tokens``, after v0). Anything but an answer of none fails the session."""
+        if not session.listener.sasl or not session.allows(SessionEvent.HANDSHAKE):
+            session.fail()  # one handshake per exchange, on SASL listeners only, as Kafka
             return ErrorCode.illegal_sasl_state
-        if session.reauthenticating or (not session.authenticated and session.mechanism is not None):
-            # One handshake per exchange: Kafka refuses a second one and closes.
-            session.closing = True
-            return ErrorCode.illegal_sasl_state
-        if session.authenticated:
-            if session.mechanism is None or mechanism != session.mechanism:
-                session.closing = True  # KIP-368: re-authenticate with the same mechanism
-                return ErrorCode.illegal_sasl_state if session.mechanism is None else ErrorCode.unsupported_sasl_mechanism
-            session.reauthenticating = True
+        if session.authenticated and mechanism != session.mechanism:
+            session.fail()  # KIP-368: re-authenticate with the same mechanism
+            return ErrorCode.unsupported_sasl_mechanism
         if mechanism not in self.mechanisms:
             self._failed(session, mechanism, "unsupported mechanism")
             return ErrorCode.unsupported_sasl_mechanism
-        session.mechanism = mechanism
-        session.exchange = None
+        session.handshake(mechanism, raw_tokens=raw_tokens)
         return ErrorCode.none
 
     async def authenticate(self, session: Session, token: bytes) -> tuple[bytes, int]:
         """One SaslAuthenticate step: the server's token and, once done, the session lifetime
         in ms (0: unlimited). Raises KafkaError(SASL_AUTHENTICATION_FAILED) after the delay."""
         mechanism = session.mechanism
-        if mechanism is None or (session.authenticated and not session.reauthenticating):
-            session.closing = True
+        if not session.exchanging or mechanism is None:
+            session.fail()
             raise KafkaError(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake")
         try:
             if mechanism == "PLAIN":
@@ -144,9 +114,10 @@ class Access:
                     raise AuthenticationFailed("authentication failed: invalid user name or password")
                 return b"", self._authenticated(session, user)
             if session.exchange is None:
-                session.exchange = ScramExchange(mechanism, lambda name: self.store.credential(name, mechanism),
-                                                 self._decoy_key)
-                return session.exchange.first(token), 0
+                exchange = ScramExchange(mechanism, lambda name: self.store.credential(name, mechanism),
+                                         self._decoy_key)
+                session.exchange_started(exchange)
+                return exchange.first(token), 0
             server_final = session.exchange.final(token)
             return server_final, self._authenticated(session, session.exchange.username or "")
         except AuthenticationFailed as exc:
@@ -188,18 +159,15 @@ class Access:
 
     def _authenticated(self, session: Session, user: str) -> int:
         principal = f"User:{user}"
-        if session.reauthenticating and principal != session.principal:
-            session.closing = True
+        if session.state is SessionState.REAUTHENTICATING and principal != session.principal:
             raise AuthenticationFailed("re-authentication must keep the same user")
-        session.principal, session.authenticated, session.reauthenticating = principal, True, False
-        session.exchange = None
         lifetime = self.config.sasl.connections_max_reauth_ms
-        session.expires_at = trio.current_time() + lifetime / 1000 if lifetime else None
+        session.authenticated_as(principal, trio.current_time() + lifetime / 1000 if lifetime else None)
         self.metrics.authentications.labels(mechanism_label(session.mechanism), "success").inc()
         return lifetime
 
     def _failed(self, session: Session, mechanism: str, reason: str) -> None:
-        session.closing = True
+        session.fail()
         self.metrics.authentications.labels(mechanism_label(mechanism), "failure").inc()
         log.warning("authentication failed from %s on %s with %r: %s", session.host, session.listener.name,
                     mechanism[:32], reason)
@@ -254,8 +222,8 @@ class ClientAccess:
     def mechanisms(self) -> tuple[str, ...]:
         return tuple(self._access.mechanisms)
 
-    def handshake(self, mechanism: str) -> ErrorCode:
-        return self._access.handshake(self.session, mechanism)
+    def handshake(self, mechanism: str, *, raw_tokens: bool) -> ErrorCode:
+        return self._access.handshake(self.session, mechanism, raw_tokens=raw_tokens)
 
     async def authenticate(self, token: bytes) -> tuple[bytes, int]:
         return await self._access.authenticate(self.session, token)

@@ -6,7 +6,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafscale.gateway.config import Listener
-from kafscale.gateway.security.access import Session
+from kafscale.gateway.security.session import Session
 from kafscale.gateway.wire import Answer, Dispatch, KafkaWire, RawToken, Violation
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import build
@@ -60,15 +60,16 @@ def test_frames_before_authentication_are_capped_lower():
     wire.receive_data(struct.pack(">i", 101))
     assert isinstance(wire.next_frame(), Violation)
     authenticated = _wire(SASL, max_frame=1 << 20, before_auth=100)
-    authenticated.session.authenticated = True
+    authenticated.session.handshake("PLAIN", raw_tokens=False)
+    authenticated.session.authenticated_as("User:alice", expires_at=None)
     authenticated.receive_data(struct.pack(">i", 101))
     assert authenticated.next_frame() is None and authenticated.pending_size == 101
 
 
 def test_an_expired_session_may_only_authenticate_again():
     wire = _wire(SASL)
-    wire.session.authenticated = True
-    wire.session.expires_at = 100.0
+    wire.session.handshake("PLAIN", raw_tokens=False)
+    wire.session.authenticated_as("User:alice", expires_at=100.0)
     assert isinstance(_events(wire, _frame(18, 3, API_VERSIONS), now=99.0)[0], Dispatch)
     (event,) = _events(wire, _frame(18, 3, API_VERSIONS), now=100.0)
     assert isinstance(event, Violation) and "expired" in str(event.reason)
@@ -80,7 +81,9 @@ def test_api_versions_at_an_unknown_version_is_answered_in_v0_with_the_table():
     (event,) = _events(_wire(), _frame(18, 3, API_VERSIONS)[:6] + struct.pack(">h", 99)
                        + _frame(18, 3, API_VERSIONS)[8:])
     assert isinstance(event, Answer)
-    correlation_id, body = decode_response(18, 0, event.payload)
+    frame = b"".join(bytes(piece) for piece in event.frame)
+    assert struct.unpack_from(">i", frame)[0] == len(frame) - 4  # framed by the wire
+    correlation_id, body = decode_response(18, 0, frame[4:])
     assert correlation_id == 7 and body.error_code == ErrorCode.unsupported_version and body.api_keys
 
 
@@ -102,6 +105,6 @@ def test_garbage_and_negative_sizes_are_violations_not_crashes():
 
 def test_after_a_v0_handshake_the_next_frame_is_a_raw_token():
     wire = _wire(SASL)
-    wire.session.raw_tokens = True
+    wire.session.handshake("PLAIN", raw_tokens=True)
     (event,) = _events(wire, encode_frame(b"\x00user\x00password"))
     assert event == RawToken(b"\x00user\x00password")

@@ -310,8 +310,9 @@ def test_an_authorization_check_without_a_client_session_refuses():
     session that was unset."""
     from kafscale.gateway.config import GatewayConfig, Listener
     from kafscale.gateway.metrics import Metrics
-    from kafscale.gateway.security.access import Access, ClientAccess, Session
+    from kafscale.gateway.security.access import Access, ClientAccess
     from kafscale.gateway.security.acl import Operation, ResourceType
+    from kafscale.gateway.security.session import Session
     from kafscale.gateway.security.store import SecurityStore
 
     store = SecurityStore()
