@@ -30,7 +30,7 @@ from ..log import INTERNAL_TOPICS, FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
 from .base import Completion, Ready, leader_hint, register
-from .transactional_produce import verify_transaction
+from .transactional_produce import VerifiedBatch, verify_transaction
 
 log = logging.getLogger("kafscale.handlers.produce")
 
@@ -78,6 +78,117 @@ def apply_policy(policy: TopicPolicy, records: bytearray | memoryview, headers: 
     return records, headers
 
 
+def _error(request: Request, code: ErrorCode) -> ProduceAnswer:
+    return ProduceAnswer([ProduceTopic(topic.name, [_partition(p.index, code) for p in topic.partition_data])
+                          for topic in request.body.topic_data])
+
+
+def _timeout(request: Request, limit: float) -> float:
+    """The client's timeout_ms (its wait for durability), within the gateway's request timeout."""
+    return min(max(to_millis(request.body.timeout), 0) / 1000 or limit, limit)
+
+
+@register(ApiKey.PRODUCE, error=_error, ordered=True, timeout=_timeout)
+async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
+    """Decides each partition's fate (refused, or appended), then appends in request order:
+    the offsets follow arrival order. The answer waits for the flushes."""
+    body = request.body
+    if body.acks not in (0, 1, -1):
+        return Ready(_error(request, ErrorCode.invalid_required_acks))
+    refusal = _request_refusal(ctx, body)
+    if refusal is not None:
+        return Ready(_error(request, refusal))
+    # What needs awaiting (topic creation, partition logs, the transaction's state, LFS
+    # pointers) first, for every partition; then no await between a decision and its append.
+    facts = await _gather_facts(ctx, body)
+    results: dict[tuple[str, int], ProducePartition] = {}
+    waits: list[_Wait] = []
+    produced_bytes = produced_records = 0
+    now_ms = int(time.time() * 1000)
+    for topic in body.topic_data:
+        policy = ctx.logs.policy(ctx.logs.topics().get(topic.name))
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            decided = _decide(facts, key, part.records, policy, ctx.config.limits.max_frame_bytes, now_ms)
+            if isinstance(decided, ProducePartition):
+                results[key] = decided
+                continue
+            try:
+                base_offset, ticket = decided.target.append(decided.records, decided.headers)
+            except KafkaError as exc:
+                results[key] = _partition(part.index, exc.code, message=str(exc))
+                continue
+            if decided.check is not None:
+                decided.check.done(decided.target)
+            produced_bytes += len(part.records)
+            produced_records += sum(h.records_count for h in decided.headers)
+            waits.append(_Wait(key, base_offset, ticket, decided.target,
+                               now_ms if policy.log_append_time else -1))
+    ctx.metrics.produced_bytes.inc(produced_bytes)
+    ctx.metrics.produced_records.inc(produced_records)
+    return _Flushes(ctx, request, results, waits)
+
+
+def _request_refusal(ctx: RequestContext, body) -> ErrorCode | None:
+    """Why the whole request is refused, if it is: its transactional id."""
+    transactional_id = body.transactional_id
+    if transactional_id is None and any(
+            has_transactional_batch(part.records or b"") for topic in body.topic_data for part in topic.partition_data):
+        # A transactional batch without a transactional id is refused as Kafka refuses it.
+        return ErrorCode.transactional_id_authorization_failed
+    if transactional_id is not None and not ctx.access.allowed(
+            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
+
+
+@dataclass(slots=True)
+class _Facts:
+    """What a request's awaited checks found, per partition."""
+
+    logs: dict[tuple[str, int], PartitionLog | KafkaError]  # the log, or why it may not be written
+    transactional: bool
+    verified: dict[tuple[str, int], VerifiedBatch | KafkaError]  # KIP-890: the transaction holds the partition
+    lfs_refused: dict[tuple[str, int], LfsRecordsRefused | KafkaError]
+
+
+async def _gather_facts(ctx: RequestContext, body) -> _Facts:
+    unusable: dict[str, KafkaError] = {}
+    for topic in body.topic_data:
+        refusal = await _topic_refusal(ctx, topic.name)
+        if refusal is not None:
+            unusable[topic.name] = refusal
+    logs: dict[tuple[str, int], PartitionLog | KafkaError] = {}
+    for topic in body.topic_data:
+        for part in topic.partition_data:
+            try:
+                if topic.name in unusable:
+                    raise unusable[topic.name]
+                logs[(topic.name, part.index)] = await ctx.logs.get(topic.name, part.index)
+            except KafkaError as exc:
+                logs[(topic.name, part.index)] = exc
+    transactional_id = body.transactional_id
+    verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs)
+    return _Facts(logs, transactional_id is not None, verified, await _check_lfs(ctx, body, logs))
+
+
+async def _topic_refusal(ctx: RequestContext, name: str) -> KafkaError | None:
+    """Why a topic may not be written (answered per partition), creating it if it may be."""
+    if not ctx.access.allowed_topic(Operation.WRITE, name):
+        return KafkaError(ErrorCode.topic_authorization_failed, "WRITE is not allowed")
+    if name in INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
+        return KafkaError(ErrorCode.invalid_topic_exception, f"{name} is an internal topic: clients cannot write to it")
+    if name in ctx.logs.topics():
+        return None
+    if not ctx.access.may_create_topic(name):
+        return KafkaError(ErrorCode.topic_authorization_failed, "CREATE is not allowed")
+    try:
+        await ctx.logs.ensure_topic(name)
+    except KafkaError as exc:
+        return exc
+    return None
+
+
 async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, int], LfsRecordsRefused | KafkaError]:
     """Record sets of LFS topics: pointers counted and claimed, and under require_sdk oversized
     raw values and bad pointers refused (their HEADs are awaited here, before any append); a
@@ -98,130 +209,58 @@ async def _check_lfs(ctx: RequestContext, body, logs: dict) -> dict[tuple[str, i
     return refused
 
 
-def _error(request: Request, code: ErrorCode) -> ProduceAnswer:
-    return ProduceAnswer([ProduceTopic(topic.name, [_partition(p.index, code) for p in topic.partition_data])
-                          for topic in request.body.topic_data])
+@dataclass(slots=True)
+class _Append:
+    """A partition's records, checked and rewritten as its topic asks: to be appended."""
+
+    target: PartitionLog
+    records: bytearray | memoryview
+    headers: list[BatchHeader]
+    check: VerifiedBatch | None  # a transactional batch's guard, released once appended
 
 
-def _timeout(request: Request, limit: float) -> float:
-    """The client's timeout_ms (its wait for durability), within the gateway's request timeout."""
-    return min(max(to_millis(request.body.timeout), 0) / 1000 or limit, limit)
-
-
-@register(ApiKey.PRODUCE, error=_error, ordered=True, timeout=_timeout)
-async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
-    """Validates and appends every partition's records (the offsets follow arrival order);
-    the answer waits for the flushes."""
-    body = request.body
-    config = ctx.config
-    if body.acks not in (0, 1, -1):
-        return Ready(_error(request, ErrorCode.invalid_required_acks))
-    transactional_id = body.transactional_id
-    if transactional_id is None and any(
-            has_transactional_batch(part.records or b"") for topic in body.topic_data for part in topic.partition_data):
-        # A transactional batch without a transactional id is refused as Kafka refuses it.
-        return Ready(_error(request, ErrorCode.transactional_id_authorization_failed))
-    if transactional_id is not None and not ctx.access.allowed(
-            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return Ready(_error(request, ErrorCode.transactional_id_authorization_failed))
-
-    # Phase 1 (no awaits between validation and append, so offsets follow arrival order
-    # except for topic auto-creation, which happens before any append of this request).
-    unusable: dict[str, KafkaError] = {}  # topics that may not be written or could not be created, and why
-    for topic in body.topic_data:
-        if not ctx.access.allowed_topic(Operation.WRITE, topic.name):
-            unusable[topic.name] = KafkaError(ErrorCode.topic_authorization_failed, "WRITE is not allowed")
-        elif topic.name in INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
-            unusable[topic.name] = KafkaError(ErrorCode.invalid_topic_exception,
-                                              f"{topic.name} is an internal topic: clients cannot write to it")
-        elif topic.name not in ctx.logs.topics() and not ctx.access.may_create_topic(topic.name):
-            unusable[topic.name] = KafkaError(ErrorCode.topic_authorization_failed, "CREATE is not allowed")
-        elif topic.name not in ctx.logs.topics():
-            try:
-                await ctx.logs.ensure_topic(topic.name)
-            except KafkaError as exc:
-                unusable[topic.name] = exc  # answered per partition below
-    logs: dict[tuple[str, int], PartitionLog | KafkaError] = {}
-    for topic in body.topic_data:
-        for part in topic.partition_data:
-            try:
-                if topic.name in unusable:
-                    raise unusable[topic.name]
-                logs[(topic.name, part.index)] = await ctx.logs.get(topic.name, part.index)
-            except KafkaError as exc:
-                logs[(topic.name, part.index)] = exc
-    verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs)
-    lfs_refused = await _check_lfs(ctx, body, logs)
-
-    results: dict[tuple[str, int], ProducePartition] = {}
-    waits: list[_Wait] = []
-    produced_bytes = produced_records = 0
-    now_ms = int(time.time() * 1000)
-    for topic in body.topic_data:
-        policy = ctx.logs.policy(ctx.logs.topics().get(topic.name))
-        limit = policy.max_message_bytes
-        for part in topic.partition_data:
-            key = (topic.name, part.index)
-            target = logs[key]
-            if isinstance(target, KafkaError):
-                results[key] = _partition(part.index, target.code, message=str(target))
-                continue
-            records = part.records
-            if not records:
-                results[key] = _partition(part.index, ErrorCode.corrupt_message, message="no records")
-                continue
-            try:
-                # Records may not inflate past what one request may carry.
-                headers = validate_record_set(records, config.limits.max_frame_bytes, require_keys=policy.compact)
-            except RecordsWithoutKey as exc:
-                results[key] = _refused(part.index, exc.code, "a compacted topic cannot accept a record without a key",
-                                        exc.indexes)
-                continue
-            except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
-                results[key] = _partition(part.index, exc.code, message=str(exc))
-                continue
-            if key in lfs_refused:
-                refusal = lfs_refused[key]
-                results[key] = (_refused(part.index, refusal.code, refusal.reason, refusal.indexes)
-                                if isinstance(refusal, LfsRecordsRefused)
-                                else _partition(part.index, refusal.code, message=str(refusal)))
-                continue
-            check = verified.get(key)
-            if transactional_id is not None and check is None:
-                results[key] = _partition(part.index, ErrorCode.corrupt_message, message="no batch")
-                continue
-            if isinstance(check, KafkaError):
-                results[key] = _partition(part.index, check.code, message=str(check))
-                continue
-            if check is not None and not check.holds(target, headers):
-                results[key] = _partition(part.index, check.refusal.code, message=str(check.refusal))
-                continue
-            too_large = next((h for h in headers if h.size > limit), None)
-            if too_large is not None:
-                results[key] = _partition(
-                    part.index, ErrorCode.message_too_large,
-                    message=f"batch of {too_large.size} bytes exceeds max.message.bytes {limit}",
-                )
-                continue
-            try:
-                # Stamped in place when the records are still in the request's own frame.
-                writable = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
-                stored, headers = apply_policy(policy, writable, headers, now_ms)
-                base_offset, ticket = target.append(stored, headers)
-                if check is not None:
-                    check.done(target)
-            except RecordsRefused as exc:
-                results[key] = _refused(part.index, exc.code, exc.reason, exc.indexes)
-                continue
-            except KafkaError as exc:  # also a payload that does not recompress (CORRUPT_MESSAGE)
-                results[key] = _partition(part.index, exc.code, message=str(exc))
-                continue
-            produced_bytes += len(records)
-            produced_records += sum(h.records_count for h in headers)
-            waits.append(_Wait(key, base_offset, ticket, target, now_ms if policy.log_append_time else -1))
-    ctx.metrics.produced_bytes.inc(produced_bytes)
-    ctx.metrics.produced_records.inc(produced_records)
-    return _Flushes(ctx, request, results, waits)
+def _decide(facts: _Facts, key: tuple[str, int], records, policy: TopicPolicy, max_frame_bytes: int,
+            now_ms: int) -> ProducePartition | _Append:
+    """One partition of a Produce: its refusal, or what to append. Kafka's order of checks:
+    the log, the records, LFS, the transaction, the size, the topic's policy."""
+    index = key[1]
+    target = facts.logs[key]
+    if isinstance(target, KafkaError):
+        return _partition(index, target.code, message=str(target))
+    if not records:
+        return _partition(index, ErrorCode.corrupt_message, message="no records")
+    try:
+        # Records may not inflate past what one request may carry.
+        headers = validate_record_set(records, max_frame_bytes, require_keys=policy.compact)
+    except RecordsWithoutKey as exc:
+        return _refused(index, exc.code, "a compacted topic cannot accept a record without a key", exc.indexes)
+    except CorruptBatch as exc:  # CORRUPT_MESSAGE, or INVALID_RECORD for a lying header
+        return _partition(index, exc.code, message=str(exc))
+    lfs_refusal = facts.lfs_refused.get(key)
+    if isinstance(lfs_refusal, LfsRecordsRefused):
+        return _refused(index, lfs_refusal.code, lfs_refusal.reason, lfs_refusal.indexes)
+    if lfs_refusal is not None:
+        return _partition(index, lfs_refusal.code, message=str(lfs_refusal))
+    check = facts.verified.get(key)
+    if facts.transactional and check is None:
+        return _partition(index, ErrorCode.corrupt_message, message="no batch")
+    if isinstance(check, KafkaError):
+        return _partition(index, check.code, message=str(check))
+    if check is not None and not check.holds(target, headers):
+        return _partition(index, check.refusal.code, message=str(check.refusal))
+    too_large = next((h for h in headers if h.size > policy.max_message_bytes), None)
+    if too_large is not None:
+        return _partition(index, ErrorCode.message_too_large,
+                          message=f"batch of {too_large.size} bytes exceeds max.message.bytes {policy.max_message_bytes}")
+    try:
+        # Stamped in place when the records are still in the request's own frame.
+        writable = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
+        stored, headers = apply_policy(policy, writable, headers, now_ms)
+    except RecordsRefused as exc:
+        return _refused(index, exc.code, exc.reason, exc.indexes)
+    except KafkaError as exc:  # a payload that does not recompress (CORRUPT_MESSAGE)
+        return _partition(index, exc.code, message=str(exc))
+    return _Append(target, stored, headers, check)
 
 
 @dataclass(slots=True)
