@@ -44,10 +44,10 @@ import trio
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 from kafscale.protocol.response_fields import Buffer
-from kafscale.storage_backends import StorageError
 
 from .budget import ByteBudget, RequestMemory
 from .context import GatewayContext, RequestContext
+from .failures import FAILURES, code_of
 from .handlers import Handler
 from .handlers.base import Completion, Ready
 from .log_limits import PerSourceLog
@@ -311,11 +311,11 @@ class Connection:
             self.session.fail()
         if isinstance(exc, trio.TooSlowError):
             return handler.error(request, ErrorCode.request_timed_out)
-        if isinstance(exc, KafkaError):
-            return handler.error(request, exc.code)
-        if isinstance(exc, StorageError):  # the store failed (full, down, refused): retriable for clients
-            log.warning("%s v%d from %s: object store error: %s", api, request.header.api_version, self.peer, exc)
-            return handler.error(request, ErrorCode.kafka_storage_error)
+        if isinstance(exc, FAILURES):
+            if not isinstance(exc, KafkaError):  # the object store or etcd failed
+                log.warning("%s v%d from %s: %s: %s", api, request.header.api_version, self.peer,
+                            type(exc).__name__, exc)
+            return handler.error(request, code_of(exc))
         log.error("%s v%d from %s failed", api, request.header.api_version, self.peer, exc_info=exc)
         self.ctx.metrics.request_errors.labels(api).inc()
         return handler.error(request, ErrorCode.unknown_server_error)

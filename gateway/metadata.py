@@ -1,6 +1,6 @@
 """Cluster metadata: topics, their ids, partition counts and configs.
 
-:class:`MetadataStore` is the interface; :class:`EmbeddedMetadata` keeps the
+:class:`MetadataStore` is the interface; :class:`EmbeddedMetadataStore` keeps the
 document as one JSON object in the object store itself (``{namespace}/~meta/``),
 so a single gateway needs nothing but its storage. The etcd implementation of
 the cluster issue lives behind the same interface.
@@ -8,6 +8,7 @@ the cluster issue lives behind the same interface.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from typing import Protocol
@@ -19,11 +20,14 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topics_key
 from kafscale.storage_backends import ObjectNotFound
 
+from .cluster.etcd import Compare, EtcdClient, KeyValue, put_op, range_op
 from .storage import AsyncStore
 
-__all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadata", "MetadataUnreadable"]
+__all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadataStore", "EtcdMetadataStore", "MetadataUnreadable", "cluster_root"]
 
 log = logging.getLogger("kafscale.metadata")
+
+PRODUCER_ID_BLOCK = 1000  # producer ids a gateway takes from etcd at a time
 
 
 class MetadataStore(Protocol):
@@ -41,7 +45,7 @@ class MetadataUnreadable(RuntimeError):
     """The stored topic catalog cannot be parsed (the gateway refuses to start on it)."""
 
 
-class EmbeddedMetadata:
+class EmbeddedMetadataStore:
     """Topics in one JSON object, rewritten whole on each change (changes are rare)."""
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
@@ -119,3 +123,111 @@ class EmbeddedMetadata:
             await self._save(topics)
             log.info("deleted topic %s", name)
             return info
+
+
+def cluster_root(prefix: str, cluster_id: str) -> str:
+    return f"{prefix.rstrip('/')}/{cluster_id}/"
+
+
+class EtcdMetadataStore:
+    """Topics cached in memory, kept current by the cluster's watch on ``topics/``."""
+
+    def __init__(self, etcd: EtcdClient, root: str) -> None:
+        self._etcd = etcd
+        self._topics_prefix = root + "topics/"
+        self._producer_key = root + "producer_id_block"
+        self._topics: dict[str, TopicInfo] = {}
+        # Revision of etcd the watched catalog reflects, and an event set at each change of it.
+        self.revision = 0
+        self.changed = trio.Event()
+        self._next_producer_id = 0
+        self._producer_block_end = 0
+
+    async def load(self) -> None:
+        self.replace(await self._etcd.get_prefix(self._topics_prefix))
+
+    def replace(self, kvs: list[KeyValue], revision: int = 0) -> None:
+        """The whole topic table, as read from etcd at ``revision``."""
+        self._topics = {info.name: info for info in map(self._decode, kvs)}
+        self._seen(revision)
+
+    def apply(self, kv: KeyValue, deleted: bool) -> None:
+        """One change seen on the watch of ``topics/``."""
+        name = kv.key[len(self._topics_prefix):]
+        if deleted:
+            self._topics = {n: i for n, i in self._topics.items() if n != name}
+        else:
+            self._topics = {**self._topics, name: self._decode(kv)}
+        self._seen(kv.mod_revision)
+
+    def _seen(self, revision: int) -> None:
+        """The watched catalog is now etcd's at ``revision`` (what the store's mirror is named by)."""
+        if revision > self.revision:
+            self.revision = revision
+            self.changed.set()
+            self.changed = trio.Event()
+
+    def _decode(self, kv: KeyValue) -> TopicInfo:
+        return TopicInfo.from_json(kv.key[len(self._topics_prefix):], json.loads(kv.value))
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        key = self._topics_prefix + name
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        created, responses = await self._etcd.txn(
+            [Compare(key, "CREATE", 0)], [put_op(key, json.dumps(info.to_json()).encode())], [range_op(key)])
+        if not created:  # another gateway created it first: that one is the topic
+            info = self._decode(responses[0][0])
+        else:
+            log.info("created topic %s with %d partition(s)", name, partitions)
+        self._topics = {**self._topics, name: info}
+        return info
+
+    async def update_topic(self, name: str, *, partitions: int | None = None,
+                           configs: dict[str, str] | None = None,
+                           log_start: dict[int, int] | None = None) -> TopicInfo:
+        key = self._topics_prefix + name
+        while True:
+            current = await self._etcd.get(key)
+            if current is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+            info = self._decode(current)
+            updated = TopicInfo(
+                name, info.topic_id, info.partitions if partitions is None else partitions,
+                dict(info.configs if configs is None else configs), {**info.log_start, **(log_start or {})},
+            )
+            done, _ = await self._etcd.txn([Compare(key, "MOD", current.mod_revision)],
+                                           [put_op(key, json.dumps(updated.to_json()).encode())])
+            if done:
+                self._topics = {**self._topics, name: updated}
+                return updated
+
+    async def delete_topic(self, name: str) -> TopicInfo | None:
+        current = await self._etcd.get(self._topics_prefix + name)
+        if current is None:
+            return None
+        await self._etcd.delete(current.key)
+        self._topics = {n: i for n, i in self._topics.items() if n != name}
+        log.info("deleted topic %s", name)
+        return self._decode(current)
+
+    async def allocate_producer_id(self) -> int:
+        if self._next_producer_id >= self._producer_block_end:
+            # Claim the next block for this gateway alone (compare-and-swap on its end).
+            while True:
+                current = await self._etcd.get(self._producer_key)
+                start = int(current.value) if current else 0
+                guard = Compare(self._producer_key, "MOD", current.mod_revision) if current \
+                    else Compare(self._producer_key, "CREATE", 0)
+                done, _ = await self._etcd.txn([guard], [put_op(self._producer_key,
+                                                                str(start + PRODUCER_ID_BLOCK).encode())])
+                if done:
+                    self._next_producer_id, self._producer_block_end = start, start + PRODUCER_ID_BLOCK
+                    break
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        if producer_id > 2**63 - 2:
+            raise KafkaError(ErrorCode.unknown_server_error, "producer ids exhausted")
+        return producer_id

@@ -27,29 +27,34 @@ from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
 from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError, tls_context
-from .cluster.etcd_metadata import EtcdGroupStore, EtcdMetadata, EtcdTransactions, cluster_root
 from .cluster.membership import ClusterMember, ClusterStartError
 from .cluster.node_lease import NodeIdTaken, NodeLease, held_node
 from .cluster.rebalance import Rebalancer
 from .config import GatewayConfig
 from .context import GatewayContext
-from .groups import GroupCoordinator, GroupStore
+from .groups import EmbeddedGroupStore, GroupCoordinator
 from .groups.coordinator import GroupSettings
 from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic
+from .groups.store import EtcdGroupStore
 from .lfs import LfsService
 from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
 from .log import LogManager
 from .maintenance import MaintenanceFailures
-from .metadata import EmbeddedMetadata, MetadataStore, MetadataUnreadable
+from .metadata import EmbeddedMetadataStore, EtcdMetadataStore, MetadataStore, MetadataUnreadable, cluster_root
 from .metrics import Metrics
 from .ownership import Endpoint, Mode, SoleGateway
 from .security.access import Access
-from .security.store import EmbeddedSecurity, EtcdSecurity, SecurityStore
+from .security.store import EmbeddedSecurityStore, EtcdSecurityStore, SecurityStore
 from .storage import AsyncStore
 from .topic_configs import TopicPolicy
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import GatewayMarkers
-from .transactions.store import EmbeddedTransactions, TransactionStore, TransactionsUnreadable
+from .transactions.store import (
+    EmbeddedTransactionStore,
+    EtcdTransactionStore,
+    TransactionStore,
+    TransactionsUnreadable,
+)
 
 __all__ = ["Mode", "Gateway", "StartupError", "open_storage", "assemble", "mode_of"]
 
@@ -99,7 +104,7 @@ class Clustered:
 
     mode = Mode.CLUSTER
 
-    def __init__(self, etcd: EtcdClient, member: ClusterMember, rebalancer: Rebalancer, metadata: EtcdMetadata,
+    def __init__(self, etcd: EtcdClient, member: ClusterMember, rebalancer: Rebalancer, metadata: EtcdMetadataStore,
                  store: AsyncStore, namespace: str) -> None:
         self.etcd = etcd
         self.member = member
@@ -240,21 +245,21 @@ async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[En
 
 def _embedded(config: GatewayConfig, store: AsyncStore, sole: SoleGateway) -> Gateway:
     metrics, failures = _observed()
-    metadata = EmbeddedMetadata(store, config.storage.namespace)
-    security = EmbeddedSecurity(store, config.storage.namespace)
+    metadata = EmbeddedMetadataStore(store, config.storage.namespace)
+    security = EmbeddedSecurityStore(store, config.storage.namespace)
     logs = LogManager(config, store, metadata, sole, failures)
-    groups = GroupCoordinator(GroupStore(store, config.storage.namespace), _group_settings(config),
+    groups = GroupCoordinator(EmbeddedGroupStore(store, config.storage.namespace), _group_settings(config),
                               on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures),
                               mode=Mode.EMBEDDED, slots=1)
-    transactions = EmbeddedTransactions(store, config.storage.namespace)
+    transactions = EmbeddedTransactionStore(store, config.storage.namespace)
     return _gateway(config, store, metrics, failures, metadata, security, logs, groups, Embedded(groups), transactions)
 
 
 def _clustered(config: GatewayConfig, store: AsyncStore, etcd: EtcdClient, root: str, node: NodeLease) -> Gateway:
     metrics, failures = _observed()
-    metadata = EtcdMetadata(etcd, root)
-    security = EtcdSecurity(etcd, root)
+    metadata = EtcdMetadataStore(etcd, root)
+    security = EtcdSecurityStore(etcd, root)
     member = ClusterMember(config, etcd, metadata, security, root, node)
     group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots)
     logs = LogManager(config, store, metadata, member, failures)
@@ -265,7 +270,7 @@ def _clustered(config: GatewayConfig, store: AsyncStore, etcd: EtcdClient, root:
     rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
     coordination = Clustered(etcd, member, rebalancer, metadata, store, config.storage.namespace)
     return _gateway(config, store, metrics, failures, metadata, security, logs, groups, coordination,
-                    EtcdTransactions(etcd, root))
+                    EtcdTransactionStore(etcd, root))
 
 
 def _observed() -> tuple[Metrics, MaintenanceFailures]:

@@ -314,3 +314,32 @@ def test_the_session_check_sees_what_the_sasl_handler_used_to_do():
               "session.principal, session.authenticated = p, True\n"
               "del self.session.exchange\n")
     assert len(_sets_session_state(source, "sasl.py")) == 5
+
+
+def _store_classes(source: str) -> set[str]:
+    return {node.name for node in ast.parse(source).body if isinstance(node, ast.ClassDef)}
+
+
+def _stores_without_twins(modules: dict[str, str]) -> list[str]:
+    """Each etcd store lives beside its embedded twin (``Etcd<Port>`` and ``Embedded<Port>``,
+    the port named ``<Port>``): what is missing, per module."""
+    found = []
+    for module, source in modules.items():
+        classes = _store_classes(source)
+        for name in sorted(classes):
+            if name.startswith("Etcd") and name.endswith("Store"):
+                port = name[len("Etcd"):]
+                if "Embedded" + port not in classes:
+                    found.append(f"{module}: {name} without Embedded{port}")
+    return found
+
+
+def test_each_etcd_store_lives_beside_its_embedded_twin():
+    modules = {str(path.relative_to(ROOT)): path.read_text() for path in sorted((ROOT / "gateway").rglob("*.py"))}
+    assert _stores_without_twins(modules) == []
+    etcd_stores = {name for source in modules.values() for name in _store_classes(source)
+                   if name.startswith("Etcd") and name.endswith("Store")}
+    assert etcd_stores == {"EtcdMetadataStore", "EtcdGroupStore", "EtcdTransactionStore", "EtcdSecurityStore"}
+    # The check itself can fail: an etcd store in a module of its own.
+    assert _stores_without_twins({"cluster/etcd_metadata.py": "class EtcdGroupStore:\n    pass\n"}) == [
+        "cluster/etcd_metadata.py: EtcdGroupStore without EmbeddedGroupStore"]

@@ -16,8 +16,8 @@ import trio
 from kafscale.protocol.catalog import catalog_key, catalog_prefix, encode_catalog
 from kafscale.storage_backends import ObjectExists, StorageError
 
+from ..metadata import EtcdMetadataStore
 from ..storage import AsyncStore
-from .etcd_metadata import EtcdMetadata
 
 __all__ = ["mirror_catalog", "KEEP"]
 
@@ -27,7 +27,7 @@ KEEP = 3  # mirrors kept: a reader that listed one just before a change still fi
 _RETRY_S = 5.0
 
 
-async def mirror_once(metadata: EtcdMetadata, store: AsyncStore, namespace: str) -> int:
+async def mirror_once(metadata: EtcdMetadataStore, store: AsyncStore, namespace: str) -> int:
     """Write the mirror of the catalog as now watched; returns the revision written."""
     revision = metadata.revision
     try:
@@ -40,7 +40,7 @@ async def mirror_once(metadata: EtcdMetadata, store: AsyncStore, namespace: str)
     return revision
 
 
-async def mirror_catalog(metadata: EtcdMetadata, store: AsyncStore, namespace: str) -> None:
+async def mirror_catalog(metadata: EtcdMetadataStore, store: AsyncStore, namespace: str) -> None:
     written = -1
     while True:
         if metadata.revision != written:

@@ -27,23 +27,18 @@ from dataclasses import dataclass
 import httpx
 import trio
 
-from kafscale.protocol.errors import ErrorCode, KafkaError
+REWATCH_S = 1.0  # how long a broken watch waits before it reads and watches again
 
-__all__ = ["EtcdClient", "EtcdError", "EtcdUnavailable", "EtcdAuthFailed", "KeyValue", "Compare", "WatchEvent", "prefix_end"]
+__all__ = ["REWATCH_S", "EtcdClient", "EtcdError", "EtcdUnavailable", "EtcdAuthFailed", "KeyValue", "Compare", "WatchEvent", "prefix_end"]
 
 
-class EtcdError(KafkaError):
-    """etcd answered with an error (clients see UNKNOWN_SERVER_ERROR)."""
-
-    def __init__(self, message: str, code: ErrorCode = ErrorCode.unknown_server_error) -> None:
-        super().__init__(code, message)
+class EtcdError(Exception):
+    """etcd answered with an error, or could not be reached. Its own kind, not a Kafka error:
+    what a client is answered is decided in one place (:mod:`kafscale.gateway.failures`)."""
 
 
 class EtcdUnavailable(EtcdError):
     """No etcd endpoint could be reached in time (clients see a retriable REQUEST_TIMED_OUT)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, ErrorCode.request_timed_out)
 
 
 class EtcdAuthFailed(EtcdError):

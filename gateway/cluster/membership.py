@@ -30,9 +30,9 @@ import trio
 
 from ..config import GatewayConfig
 from ..groups.store import slot_of
+from ..metadata import EtcdMetadataStore
 from ..ownership import GROUP_UNIT, Broker, Mode, group_unit
 from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
-from .etcd_metadata import EtcdMetadata
 from .node_lease import NodeLease
 from .view import ClusterView, FollowedPart, Owner
 
@@ -52,7 +52,7 @@ def _unit_key(unit: tuple[str, int]) -> str:
 class ClusterMember:
     mode = Mode.CLUSTER
 
-    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadata, security: FollowedPart,
+    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadataStore, security: FollowedPart,
                  root: str, node: NodeLease) -> None:
         self.node = node
         self.node_id = node.node_id

@@ -156,7 +156,7 @@ class Rebalancer:
             if owned and slot not in held:
                 try:
                     await self._groups.adopt_slot(slot)
-                except KafkaError as exc:
+                except (KafkaError, EtcdError) as exc:
                     log.warning("loading groups of slot %d failed (retried): %s", slot, exc)
             elif not owned and slot in held:
                 self._groups.drop_slot(slot)

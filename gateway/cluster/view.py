@@ -16,9 +16,9 @@ from typing import Protocol
 
 import trio
 
+from ..metadata import EtcdMetadataStore
 from ..ownership import Broker
 from .etcd import EtcdClient, EtcdError, KeyValue
-from .etcd_metadata import EtcdMetadata
 
 
 class FollowedPart(Protocol):
@@ -43,7 +43,7 @@ class Owner:
 
 
 class ClusterView:
-    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadata, security: FollowedPart,
+    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadataStore, security: FollowedPart,
                  on_change: Callable[[], None], retry_s: float) -> None:
         self._etcd = etcd
         self._root = root

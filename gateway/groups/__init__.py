@@ -2,6 +2,6 @@
 and committed offsets."""
 
 from .coordinator import GroupCoordinator, GroupState
-from .store import GroupStore
+from .store import EmbeddedGroupStore
 
-__all__ = ["GroupCoordinator", "GroupState", "GroupStore"]
+__all__ = ["GroupCoordinator", "GroupState", "EmbeddedGroupStore"]

@@ -23,7 +23,7 @@ from kafscale.protocol.group_records import GroupMember
 
 from ..ownership import Mode
 from .offsets_topic import OffsetsLog
-from .store import CommittedOffset, GroupStorage, LoadedGroups, StoredGroup, slot_of
+from .store import CommittedOffset, GroupStore, LoadedGroups, StoredGroup, slot_of
 
 __all__ = ["GroupCoordinator", "GroupState", "GroupSettings", "Member", "Group"]
 
@@ -109,7 +109,7 @@ def _now() -> float:
 
 
 class GroupCoordinator:
-    def __init__(self, store: GroupStorage, settings: GroupSettings, on_rebalance=None, *,
+    def __init__(self, store: GroupStore, settings: GroupSettings, on_rebalance=None, *,
                  offsets_log: OffsetsLog, mode: Mode, slots: int) -> None:
         self._store = store
         self._offsets_log = offsets_log  # __consumer_offsets for readers (a lone gateway's)

@@ -9,15 +9,22 @@ move in Kafka.
 from __future__ import annotations
 
 import json
+import logging
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import trio
+
 from kafscale.protocol.layout import id_object_name, id_of_object_name, meta_prefix
 
+from ..cluster.etcd import REWATCH_S, EtcdClient, EtcdError, KeyValue
 from ..storage import AsyncStore
 
-__all__ = ["GroupStorage", "GroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of"]
+__all__ = ["GroupStore", "EmbeddedGroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of", "EtcdGroupStore"]
+
+log = logging.getLogger("kafscale.groups")
 
 
 def slot_of(group_id: str, slots: int) -> int:
@@ -89,7 +96,7 @@ def parse_groups(documents: list[tuple[str, str, bytes]]) -> LoadedGroups:
     return loaded
 
 
-class GroupStorage(Protocol):
+class GroupStore(Protocol):
     """Where a coordinator keeps its groups' committed state: the store alone, etcd in a cluster."""
 
     async def load_all(self) -> LoadedGroups: ...
@@ -98,7 +105,7 @@ class GroupStorage(Protocol):
     async def delete(self, group_id: str) -> None: ...
 
 
-class GroupStore:
+class EmbeddedGroupStore:
     """A lone gateway's groups: one object each in its store."""
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
@@ -135,3 +142,54 @@ class GroupStore:
 
     async def delete(self, group_id: str) -> None:
         await self._store.delete(self._key(group_id))
+
+
+class EtcdGroupStore:
+    """Committed offsets and generations, one key per group, grouped by coordinator slot."""
+
+    def __init__(self, etcd: EtcdClient, root: str, slots: int) -> None:
+        self._etcd = etcd
+        self._prefix = root + "groups/"
+        self._slots = slots
+
+    def _key(self, group_id: str) -> str:
+        return f"{self._prefix}{slot_of(group_id, self._slots)}/{group_id.encode().hex()}"
+
+    async def load_all(self) -> LoadedGroups:
+        return parse_groups([(f"etcd key {kv.key}", kv.key.rsplit("/", 1)[-1], kv.value)
+                             for kv in await self._etcd.get_prefix(self._prefix)])
+
+    async def load_slot(self, slot: int, slots: int) -> LoadedGroups:
+        assert slots == self._slots, "the slot count is fixed per cluster"
+        return parse_groups([(f"etcd key {kv.key}", kv.key.rsplit("/", 1)[-1], kv.value)
+                             for kv in await self._etcd.get_prefix(f"{self._prefix}{slot}/")])
+
+    async def save(self, group: StoredGroup) -> None:
+        await self._etcd.put(self._key(group.group_id), group.to_json())
+
+    def _state(self, kv: KeyValue, deleted: bool) -> tuple[str, StoredGroup | None] | None:
+        try:
+            group_id = bytes.fromhex(kv.key.rsplit("/", 1)[-1]).decode()
+            return group_id, None if deleted else StoredGroup.from_json(kv.value)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("etcd key %s is unreadable (skipped): %r", kv.key, exc)
+            return None
+
+    async def follow(self, changed: Callable[[str, StoredGroup | None], None]) -> None:
+        """Every group's state, then every change, through a watch (all again after it broke)."""
+        while True:
+            try:
+                kvs, revision = await self._etcd.range_prefix(self._prefix)
+                for kv in kvs:
+                    if (found := self._state(kv, deleted=False)) is not None:
+                        changed(*found)
+                async for events in self._etcd.watch_prefix(self._prefix, revision + 1):
+                    for event in events:
+                        if (found := self._state(event.kv, event.deleted)) is not None:
+                            changed(*found)
+            except EtcdError as exc:
+                log.info("watch of the groups broke (%s); watching again", exc)
+                await trio.sleep(REWATCH_S)
+
+    async def delete(self, group_id: str) -> None:
+        await self._etcd.delete(self._key(group_id))

@@ -10,6 +10,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..failures import FAILURES, code_of
 from ..log import INTERNAL_TOPICS
 from ..security.acl import Operation
 from .base import check_leader_epoch, register, respond
@@ -42,8 +43,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Request):
                 ctx.logs.check_partition_count(topic.name, topic.count, info.partitions)
                 if not request.body.validate_only:
                     await ctx.logs.add_partitions(topic.name, topic.count)
-            except KafkaError as exc:
-                code, message = exc.code, str(exc)
+            except FAILURES as exc:
+                code, message = code_of(exc), str(exc)
         results.append(dict(name=topic.name, error_code=code, error_message=message))
     return respond(request, dict(results=results))
 

@@ -8,6 +8,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..failures import FAILURES, code_of
 from ..security.acl import Operation
 from ..topic_configs import (
     DEFAULT_CONFIG,
@@ -196,8 +197,8 @@ async def _alter(ctx: RequestContext, request: Request, incremental: bool):
             validate_topic_configs(configs)
             if not validate_only:
                 await ctx.logs.alter_topic_configs(resource.resource_name, configs)
-        except KafkaError as exc:
-            code, message = exc.code, str(exc)
+        except FAILURES as exc:
+            code, message = code_of(exc), str(exc)
         responses.append(dict(error_code=code, error_message=message, resource_type=resource.resource_type,
                               resource_name=resource.resource_name))
     return respond(request, dict(responses=responses))

@@ -9,10 +9,11 @@ from __future__ import annotations
 import trio
 
 from kafscale.protocol.api_versions import ApiKey
-from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..failures import FAILURES, code_of
 from ..log import INTERNAL_TOPICS
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
@@ -105,8 +106,8 @@ async def handle_metadata(ctx: RequestContext, request: Request):
         if info is None and allow_create:
             try:
                 info = await ctx.logs.ensure_topic(name)
-            except KafkaError as exc:
-                entries.append(_error_topic(request, name, None, exc.code))
+            except FAILURES as exc:
+                entries.append(_error_topic(request, name, None, code_of(exc)))
                 continue
         if info is None:
             entries.append(_error_topic(request, name, None, ErrorCode.unknown_topic_or_partition))

@@ -25,6 +25,7 @@ from kafscale.protocol.records import BatchHeader, has_transactional_batch, spli
 from kafscale.protocol.response_fields import Endpoint
 
 from ..context import RequestContext
+from ..failures import FAILURES, code_of
 from ..lfs import LfsRecordsRefused
 from ..log import INTERNAL_TOPICS, FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
@@ -184,8 +185,8 @@ async def _topic_refusal(ctx: RequestContext, name: str) -> KafkaError | None:
         return KafkaError(ErrorCode.topic_authorization_failed, "CREATE is not allowed")
     try:
         await ctx.logs.ensure_topic(name)
-    except KafkaError as exc:
-        return exc
+    except FAILURES as exc:
+        return exc if isinstance(exc, KafkaError) else KafkaError(code_of(exc), str(exc))
     return None
 
 

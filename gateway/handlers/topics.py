@@ -9,6 +9,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
+from ..failures import FAILURES, code_of
 from ..log import INTERNAL_TOPICS
 from ..security.acl import Operation
 from ..topic_configs import validate_topic_configs
@@ -69,8 +70,8 @@ async def _create_one(ctx: RequestContext, topic, validate_only: bool) -> dict:
         if validate_only:
             return _create_entry(name, ErrorCode.none)
         info = await ctx.logs.create_topic(name, partitions, configs)
-    except KafkaError as exc:
-        return _create_entry(name, exc.code, str(exc))
+    except FAILURES as exc:
+        return _create_entry(name, code_of(exc), str(exc))
     # Replication is the object store's job; we report a factor of 1.
     return _create_entry(name, ErrorCode.none, None, info)
 

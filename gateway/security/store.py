@@ -29,7 +29,7 @@ from ..storage import AsyncStore
 from .acl import AclBinding
 from .scram import ScramCredential
 
-__all__ = ["SecurityStore", "EmbeddedSecurity", "EtcdSecurity", "SECURITY"]
+__all__ = ["SecurityStore", "EmbeddedSecurityStore", "EtcdSecurityStore", "SECURITY"]
 
 log = logging.getLogger("kafscale.security")
 
@@ -81,7 +81,7 @@ class SecurityStore:
         self.on_change()
 
 
-class EmbeddedSecurity(SecurityStore):
+class EmbeddedSecurityStore(SecurityStore):
     """A single gateway's credentials and ACLs, one object in its store."""
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
@@ -132,7 +132,7 @@ class EmbeddedSecurity(SecurityStore):
             await self._save(self.users, {key: acl for key, acl in self.acls.items() if key not in gone})
 
 
-class EtcdSecurity(SecurityStore):
+class EtcdSecurityStore(SecurityStore):
     """A cluster's credentials and ACLs, one etcd key each, followed by the cluster view."""
 
     def __init__(self, etcd: EtcdClient, root: str) -> None:

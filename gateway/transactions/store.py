@@ -6,11 +6,12 @@ transaction: the one that read the older version fails with
 :class:`TransactionChanged` and reads again. Alone, a gateway keeps one object per
 transactional id in the store (``{namespace}/~meta/transactions/{id hex}.json``,
 put-if-absent and put-if-unchanged); in a cluster, one etcd key per id
-(``cluster/etcd_metadata.py``), compared on its mod revision.
+(:class:`EtcdTransactionStore`, below), compared on its mod revision.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,10 +22,13 @@ from kafscale.protocol.layout import DIGEST_NAME_PREFIX, id_object_name, id_of_o
 from kafscale.protocol.transactions import Transaction
 from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound
 
+from ..cluster.etcd import REWATCH_S, Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op
 from ..storage import AsyncStore
 
-__all__ = ["StoredTransaction", "TransactionStore", "TransactionChanged", "EmbeddedTransactions",
-           "TransactionsUnreadable", "ABSENT"]
+__all__ = ["StoredTransaction", "TransactionStore", "TransactionChanged", "EmbeddedTransactionStore",
+           "TransactionsUnreadable", "ABSENT", "EtcdTransactionStore"]
+
+log = logging.getLogger("kafscale.transactions")
 
 ABSENT = ""  # the version of a transactional id never stored
 
@@ -62,7 +66,7 @@ class TransactionStore(Protocol):
         ...
 
 
-class EmbeddedTransactions:
+class EmbeddedTransactionStore:
     """One object per transactional id, written with the store's conditional writes."""
 
     def __init__(self, store: AsyncStore, namespace: str) -> None:
@@ -128,3 +132,93 @@ class EmbeddedTransactions:
                 await self._store.delete(info.key)
             found.append(StoredTransaction(transaction, version))
         return found
+
+
+class EtcdTransactionStore:
+    """One etcd key per transactional id; every write compares the key's mod revision.
+
+    While :meth:`watch_prepared` runs, every stored transaction is mirrored from its watch,
+    so the periodic sweep lists them without reading etcd (it read every id's key each
+    sweep: etcd load growing with ids x gateways, at rest). Decisions never rest on the
+    mirror alone: each change reads its id's key and compares its revision."""
+
+    def __init__(self, etcd: EtcdClient, root: str) -> None:
+        self._etcd = etcd
+        self._prefix = root + "transactions/"
+        self._mirror: dict[str, StoredTransaction] = {}
+        self._mirrored = False  # the mirror follows the watch (else list() reads etcd)
+
+    def _key(self, transactional_id: str) -> str:
+        return self._prefix + transactional_id.encode().hex()
+
+    def _id(self, key: str) -> str:
+        return bytes.fromhex(key[len(self._prefix):]).decode()
+
+    def _stored(self, kv: KeyValue) -> StoredTransaction:
+        transactional_id = self._id(kv.key)
+        try:
+            transaction = Transaction.from_json(transactional_id, kv.value)
+        except ValueError as exc:
+            raise TransactionsUnreadable(f"{kv.key}: {exc}") from exc
+        return StoredTransaction(transaction, str(kv.mod_revision))
+
+    async def get(self, transactional_id: str) -> StoredTransaction | None:
+        kv = await self._etcd.get(self._key(transactional_id))
+        return None if kv is None else self._stored(kv)
+
+    async def put(self, transaction: Transaction, expected_version: str) -> str | None:
+        """The new mod revision is not in the answer we read: ``None`` (read it again)."""
+        key = self._key(transaction.transactional_id)
+        guard = Compare(key, "CREATE", 0) if expected_version == ABSENT else Compare(key, "MOD", int(expected_version))
+        done, _ = await self._etcd.txn([guard], [put_op(key, transaction.to_json())])
+        if not done:
+            raise TransactionChanged(transaction.transactional_id)
+        return None
+
+    async def delete(self, transactional_id: str, expected_version: str | None) -> None:
+        key = self._key(transactional_id)
+        guards = [] if expected_version is None else [Compare(key, "MOD", int(expected_version))]
+        done, _ = await self._etcd.txn(guards, [delete_op(key)])
+        if not done:
+            raise TransactionChanged(transactional_id)
+
+    async def list(self) -> list[StoredTransaction]:
+        if self._mirrored:
+            return list(self._mirror.values())
+        return [self._stored(kv) for kv in await self._etcd.get_prefix(self._prefix)]
+
+    def _follow(self, kv: KeyValue, deleted: bool) -> StoredTransaction | None:
+        """Apply one stored change to the mirror; the transaction it stores, if readable."""
+        try:
+            transactional_id = self._id(kv.key)
+        except ValueError:
+            return None  # not one of ours
+        if deleted:
+            self._mirror.pop(transactional_id, None)
+            return None
+        try:
+            stored = self._stored(kv)
+        except TransactionsUnreadable as exc:
+            log.error("unreadable transaction in etcd (left alone): %s", exc)
+            self._mirror.pop(transactional_id, None)
+            return None
+        self._mirror[transactional_id] = stored
+        return stored
+
+    async def watch_prepared(self, prepared: Callable[[str], None]) -> None:
+        while True:
+            try:
+                kvs, revision = await self._etcd.range_prefix(self._prefix)
+                self._mirror = {}
+                for kv in kvs:
+                    self._follow(kv, deleted=False)
+                self._mirrored = True
+                async for events in self._etcd.watch_prefix(self._prefix, revision + 1):
+                    for event in events:
+                        stored = self._follow(event.kv, event.deleted)
+                        if stored is not None and stored.transaction.state.preparing:
+                            prepared(stored.transaction.transactional_id)
+            except EtcdError as exc:  # also a broken stream: read again and re-watch
+                self._mirrored = False
+                log.info("watch of transactions broke (%s); watching again", exc)
+                await trio.sleep(REWATCH_S)

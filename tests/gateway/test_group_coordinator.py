@@ -4,7 +4,7 @@ takes pytest-trio's autojump_clock, so rebalance and session timers run in virtu
 import pytest
 import trio
 
-from kafscale.gateway.groups import GroupCoordinator, GroupState, GroupStore
+from kafscale.gateway.groups import EmbeddedGroupStore, GroupCoordinator, GroupState
 from kafscale.gateway.groups.coordinator import GroupSettings
 from kafscale.gateway.groups.offsets_topic import NoOffsetsTopic
 from kafscale.gateway.groups.store import CommittedOffset
@@ -23,7 +23,7 @@ def backend():
 
 @pytest.fixture
 async def coordinator(nursery, backend):
-    groups = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    groups = GroupCoordinator(EmbeddedGroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     await nursery.start(groups.run)
     return groups
 
@@ -161,7 +161,7 @@ async def test_commit_rules_and_durable_offsets(autojump_clock, coordinator, bac
     group = coordinator.check_commit("g", member, 1, None)
     await coordinator.commit(group, {("t", 1): CommittedOffset(9)})
 
-    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    reloaded = GroupCoordinator(EmbeddedGroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     await reloaded.load()
     assert reloaded.committed("solo")[("t", 0)] == CommittedOffset(42, -1, "meta", 1)
     assert reloaded.committed("g")[("t", 1)].offset == 9
@@ -218,7 +218,7 @@ async def test_static_members_rejoin_without_rebalance_leader_included(autojump_
     assert "i-1" not in group.static and len(group.members) == 1
 
 
-class _SlowFirstSave(GroupStore):
+class _SlowFirstSave(EmbeddedGroupStore):
     """A store whose first write is slow, as one PUT can be behind another on S3."""
 
     def __init__(self, backend) -> None:
@@ -249,7 +249,7 @@ async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock
             commits.start_soon(commit, offset)
             await trio.sleep(0.01)
     assert sorted(acknowledged) == list(range(1, 11))
-    reloaded = GroupCoordinator(GroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    reloaded = GroupCoordinator(EmbeddedGroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
     await reloaded.load()
     assert reloaded.committed("g")[("t", 0)].offset == 10
     assert store.writes == 2
@@ -259,7 +259,7 @@ async def test_long_group_ids_are_named_by_digest_and_old_names_moved(tmp_path):
     from kafscale.gateway.groups.store import StoredGroup
     from kafscale.storage_backends import LocalBackend
 
-    files = GroupStore(AsyncStore(LocalBackend(tmp_path), 2), "ns")  # 255-byte names
+    files = EmbeddedGroupStore(AsyncStore(LocalBackend(tmp_path), 2), "ns")  # 255-byte names
     await files.save(StoredGroup("g" * 1000, 3, "consumer", {("t", 0): CommittedOffset(42)}))
     (loaded,) = (await files.load_all()).groups
     assert loaded.group_id == "g" * 1000 and loaded.offsets[("t", 0)].offset == 42
@@ -268,7 +268,7 @@ async def test_long_group_ids_are_named_by_digest_and_old_names_moved(tmp_path):
     store = AsyncStore(backend, 2)
     legacy = "ns/~meta/groups/" + ("h" * 150).encode().hex() + ".json"
     await store.put(legacy, StoredGroup("h" * 150, 1, "consumer", {("t", 1): CommittedOffset(7)}).to_json())
-    groups = GroupStore(store, "ns")
+    groups = EmbeddedGroupStore(store, "ns")
     (moved,) = (await groups.load_all()).groups
     assert moved.offsets[("t", 1)].offset == 7 and await store.head(legacy) is None
     assert [g.group_id for g in (await groups.load_all()).groups] == ["h" * 150]

@@ -4,8 +4,7 @@ import pytest
 import trio
 
 from kafscale.gateway.cluster.etcd import EtcdClient
-from kafscale.gateway.cluster.etcd_metadata import EtcdMetadata
-from kafscale.gateway.metadata import EmbeddedMetadata
+from kafscale.gateway.metadata import EmbeddedMetadataStore, EtcdMetadataStore
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.storage_backends import MemoryBackend
@@ -15,12 +14,12 @@ from tests.support.etcd_server import EtcdServer
 @pytest.fixture(params=["embedded", "etcd"])
 async def catalog(request, tmp_path):
     if request.param == "embedded":
-        yield EmbeddedMetadata(AsyncStore(MemoryBackend(), 2), "kafscale")
+        yield EmbeddedMetadataStore(AsyncStore(MemoryBackend(), 2), "kafscale")
         return
     server = await trio.to_thread.run_sync(lambda: EtcdServer(tmp_path).start())
     client = EtcdClient([server.endpoint], 5000)
     try:
-        yield EtcdMetadata(client, "/kafscale/test/")
+        yield EtcdMetadataStore(client, "/kafscale/test/")
     finally:
         await client.aclose()
         await trio.to_thread.run_sync(server.stop)

@@ -7,7 +7,7 @@ from kafscale.gateway.maintenance import MaintenanceFailures
 from kafscale.gateway.ownership import Mode
 from kafscale.gateway.storage import AsyncStore
 from kafscale.gateway.transactions.coordinator import TransactionCoordinator
-from kafscale.gateway.transactions.store import EmbeddedTransactions
+from kafscale.gateway.transactions.store import EmbeddedTransactionStore
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.transactions import TxnState
 from kafscale.storage_backends import MemoryBackend
@@ -41,7 +41,7 @@ def parts():
     clock = [1_000]
     ids = iter(range(100, 200))
     markers = RecordedMarkers()
-    store = EmbeddedTransactions(AsyncStore(MemoryBackend(), 2), "kafscale")
+    store = EmbeddedTransactionStore(AsyncStore(MemoryBackend(), 2), "kafscale")
 
     async def new_id():
         return next(ids)

@@ -5,9 +5,8 @@ import pytest
 import trio
 
 from kafscale.gateway.cluster.etcd import EtcdClient
-from kafscale.gateway.cluster.etcd_metadata import EtcdTransactions
 from kafscale.gateway.storage import AsyncStore
-from kafscale.gateway.transactions.store import ABSENT, EmbeddedTransactions, TransactionChanged
+from kafscale.gateway.transactions.store import ABSENT, EmbeddedTransactionStore, EtcdTransactionStore, TransactionChanged
 from kafscale.protocol.transactions import Transaction, TxnState
 from kafscale.storage_backends import LocalBackend, MemoryBackend
 from tests.support.etcd_server import EtcdServer
@@ -16,15 +15,15 @@ from tests.support.etcd_server import EtcdServer
 @pytest.fixture(params=["memory", "file", "etcd"])
 async def transactions(request, tmp_path):
     if request.param == "memory":
-        yield EmbeddedTransactions(AsyncStore(MemoryBackend(), 2), "kafscale")
+        yield EmbeddedTransactionStore(AsyncStore(MemoryBackend(), 2), "kafscale")
         return
     if request.param == "file":
-        yield EmbeddedTransactions(AsyncStore(LocalBackend(tmp_path / "data"), 2), "kafscale")
+        yield EmbeddedTransactionStore(AsyncStore(LocalBackend(tmp_path / "data"), 2), "kafscale")
         return
     server = await trio.to_thread.run_sync(lambda: EtcdServer(tmp_path).start())
     client = EtcdClient([server.endpoint], 5000)
     try:
-        yield EtcdTransactions(client, "/kafscale/test/")
+        yield EtcdTransactionStore(client, "/kafscale/test/")
     finally:
         await client.aclose()
         await trio.to_thread.run_sync(server.stop)
@@ -68,7 +67,7 @@ async def test_a_long_id_stored_by_an_earlier_version_is_moved_to_its_digest_nam
     old = Transaction("c" * 150, producer_id=9, producer_epoch=3, timeout_ms=60_000)
     legacy_key = "kafscale/~meta/transactions/" + ("c" * 150).encode().hex() + ".json"
     await store.put(legacy_key, old.to_json().replace(b'"id": "' + b"c" * 150 + b'", ', b""))  # as written then
-    transactions = EmbeddedTransactions(store, "kafscale")
+    transactions = EmbeddedTransactionStore(store, "kafscale")
     (listed,) = await transactions.list()
     assert listed.transaction == old
     assert await store.head(legacy_key) is None
@@ -81,7 +80,7 @@ async def test_a_delete_lands_only_on_the_version_read(transactions):
     fresh = Transaction("gone", producer_id=1, producer_epoch=0, timeout_ms=60_000)
     await transactions.put(fresh, ABSENT)
     read = await transactions.get("gone")
-    if isinstance(transactions, EtcdTransactions):  # alone the coordinator is the only writer
+    if isinstance(transactions, EtcdTransactionStore):  # alone the coordinator is the only writer
         await transactions.put(fresh.with_partitions(1, 0, [("t", 0)], now_ms=5), read.version)
         with pytest.raises(TransactionChanged):
             await transactions.delete("gone", read.version)
