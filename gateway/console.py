@@ -10,7 +10,6 @@ offsets and groups it serves itself (the others' consoles show theirs).
 from __future__ import annotations
 
 import html
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -84,7 +83,7 @@ async def status(ctx: GatewayContext, ready: str) -> Status:
                             "lag": None if end is None else max(0, end - committed.offset)})
         groups.append({"group": group.group_id, "state": group.state.value, "members": len(group.members),
                        "offsets": offsets})
-    now_ms = int(time.time() * 1000)
+    now_ms = ctx.clock.now_ms()
     transactions = [{"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state.value,
                      "age_s": (now_ms - t.started_ms) / 1000 if t.started_ms > 0 else None,
                      "partitions": len(t.partitions)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .budget import RequestMemory
+from .clock import Clock
 from .config import GatewayConfig
 from .groups import GroupCoordinator
 from .lfs import LfsService
@@ -22,6 +23,7 @@ __all__ = ["GatewayContext", "RequestContext"]
 @dataclass
 class GatewayContext:
     config: GatewayConfig
+    clock: Clock
     logs: LogManager
     metrics: Metrics
     groups: GroupCoordinator
@@ -58,6 +60,10 @@ class RequestContext:
     @property
     def logs(self) -> LogManager:
         return self.gateway.logs
+
+    @property
+    def clock(self) -> Clock:
+        return self.gateway.clock
 
     @property
     def metrics(self) -> Metrics:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -79,14 +79,14 @@ class Metrics:
                                                    self.request_seconds.labels(api))
         return found
 
-    def watch_log(self, logs) -> None:
+    def watch_log(self, logs, now_ms: Callable[[], int]) -> None:
         """The shared log: what reaches the store, and what compaction still has to do. Totals
         (rates come from the scraper), read at scrape time."""
         writer, compactor, objects, cleaned = logs.writer, logs.compactor, logs.objects, logs.cleaner.stats
 
         def oldest_age() -> float:
             oldest = objects.backlog[2]
-            return 0.0 if oldest is None else max(time.time() - oldest / 1000, 0.0)
+            return 0.0 if oldest is None else max((now_ms() - oldest) / 1000, 0.0)
 
         for name, text, read in [
             ("kafscale_log_objects_written", "Shared log objects written (total)", lambda: writer.objects_written),

@@ -11,6 +11,7 @@ from functools import partial
 import trio
 
 from .budget import ByteBudget
+from .clock import Clock
 from .config import GatewayConfig, Listener
 from .connection import RECEIVE_BUFFER_BYTES, Connection
 from .context import GatewayContext
@@ -49,7 +50,7 @@ async def serve(config: GatewayConfig, shutdown: trio.Event, *, task_status=trio
     config = config.with_options(
         advertised_port=first_port,
         advertised_host=config.network.advertised_host if first_host == config.network.advertised[0] else first_host)
-    async with assemble(config, store, endpoints) as gateway:
+    async with assemble(config, store, endpoints, Clock()) as gateway:
         await gateway.start()
         await _serve_gateway(gateway, config, bound, endpoints, tls, shutdown, task_status)
     log.info("stopped")

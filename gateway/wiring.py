@@ -17,7 +17,6 @@ The server and the tests build gateways here, so what is tested is what runs.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -25,6 +24,7 @@ import trio
 
 from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
+from .clock import Clock
 from .cluster.catalog_mirror import mirror_catalog
 from .cluster.etcd import EtcdClient, EtcdError, tls_context
 from .cluster.membership import ClusterMember, ClusterStartError
@@ -152,12 +152,13 @@ class Gateway:
     runs the background work; at shutdown :meth:`drain` hands what a cluster gateway owns
     over and :meth:`flush` writes what was accepted."""
 
-    def __init__(self, config: GatewayConfig, store: AsyncStore, metrics: Metrics, metadata: MetadataStore,
+    def __init__(self, config: GatewayConfig, store: AsyncStore, clock: Clock, metrics: Metrics, metadata: MetadataStore,
                  security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
                  coordination: Coordination, transactions: TransactionCoordinator, lfs: LfsService) -> None:
         self.node_id = logs.ownership.node_id
         self.config = config
         self.store = store
+        self.clock = clock
         self.metrics = metrics
         self.metadata = metadata
         self.security = security
@@ -167,7 +168,7 @@ class Gateway:
         self.coordination = coordination
         self.transactions = transactions
         self.lfs = lfs
-        self.context = GatewayContext(config, logs, metrics, groups, access, transactions, lfs)
+        self.context = GatewayContext(config, clock, logs, metrics, groups, access, transactions, lfs)
 
     @property
     def mode(self) -> Mode:
@@ -190,7 +191,7 @@ class Gateway:
             raise StartupError(f"{exc} (restore it from a backup, or move it aside to start empty)") from exc
         except EtcdError as exc:
             raise StartupError(f"etcd at {self.config.cluster.etcd_endpoints}: {exc}") from exc
-        self.metrics.watch_log(self.logs)
+        self.metrics.watch_log(self.logs, self.clock.now_ms)
         self.metrics.watch_groups(self.groups)
         if isinstance(self.coordination, Clustered):
             self.metrics.watch_cluster(self.coordination.member, self.coordination.etcd)
@@ -218,14 +219,16 @@ class Gateway:
 
 
 @asynccontextmanager
-async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...]) -> AsyncIterator[Gateway]:
-    """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``. A cluster
+async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[Endpoint, ...],
+                   clock: Clock) -> AsyncIterator[Gateway]:
+    """The gateway ``config`` describes, on ``store``, reachable at ``endpoints``, reading the
+    time of day from ``clock``. A cluster
     gateway holds its node id (:mod:`.cluster.node_lease`) for the body, before anything
     is stored under it, and gives it up after."""
     host, port = config.network.advertised
     requested = config.network.requested_node_id
     if mode_of(config) is Mode.EMBEDDED:
-        yield _embedded(config, store, SoleGateway(0 if requested == "auto" else requested, host, port, endpoints))
+        yield _embedded(config, store, clock, SoleGateway(0 if requested == "auto" else requested, host, port, endpoints))
         return
     etcd = _etcd_client(config)
     root = cluster_root(config.cluster.etcd_prefix, config.network.cluster_id)
@@ -233,7 +236,7 @@ async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[En
     node = NodeLease(etcd, root, ttl_s, requested, host, port, endpoints)
     try:
         async with held_node(node, wait_s=ttl_s + 2):
-            yield _clustered(config, store, etcd, root, node)
+            yield _clustered(config, store, clock, etcd, root, node)
     except* NodeIdTaken as taken:
         raise StartupError(str(taken.exceptions[0])) from None
     except* EtcdError as failed:
@@ -243,33 +246,34 @@ async def assemble(config: GatewayConfig, store: AsyncStore, endpoints: tuple[En
             await etcd.aclose()
 
 
-def _embedded(config: GatewayConfig, store: AsyncStore, sole: SoleGateway) -> Gateway:
+def _embedded(config: GatewayConfig, store: AsyncStore, clock: Clock, sole: SoleGateway) -> Gateway:
     metrics, failures = _observed()
     metadata = EmbeddedMetadataStore(store, config.storage.namespace)
     security = EmbeddedSecurityStore(store, config.storage.namespace)
-    logs = LogManager(config, store, metadata, sole, failures)
+    logs = LogManager(config, store, metadata, sole, failures, clock)
     groups = GroupCoordinator(EmbeddedGroupStore(store, config.storage.namespace), _group_settings(config),
                               on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures),
                               mode=Mode.EMBEDDED, slots=1)
     transactions = EmbeddedTransactionStore(store, config.storage.namespace)
-    return _gateway(config, store, metrics, failures, metadata, security, logs, groups, Embedded(groups), transactions)
+    return _gateway(config, store, clock, metrics, failures, metadata, security, logs, groups, Embedded(groups),
+                    transactions)
 
 
-def _clustered(config: GatewayConfig, store: AsyncStore, etcd: EtcdClient, root: str, node: NodeLease) -> Gateway:
+def _clustered(config: GatewayConfig, store: AsyncStore, clock: Clock, etcd: EtcdClient, root: str, node: NodeLease) -> Gateway:
     metrics, failures = _observed()
     metadata = EtcdMetadataStore(etcd, root)
     security = EtcdSecurityStore(etcd, root)
     member = ClusterMember(config, etcd, metadata, security, root, node)
     group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots)
-    logs = LogManager(config, store, metadata, member, failures)
+    logs = LogManager(config, store, metadata, member, failures, clock)
     groups = GroupCoordinator(group_store, _group_settings(config), on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=ClusterOffsetsTopic(logs, config.groups.offsets_topic_num_partitions,
                                                               failures, group_store),
                               mode=Mode.CLUSTER, slots=config.cluster.coordinator_slots)
     rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
     coordination = Clustered(etcd, member, rebalancer, metadata, store, config.storage.namespace)
-    return _gateway(config, store, metrics, failures, metadata, security, logs, groups, coordination,
+    return _gateway(config, store, clock, metrics, failures, metadata, security, logs, groups, coordination,
                     EtcdTransactionStore(etcd, root))
 
 
@@ -285,13 +289,13 @@ def _group_settings(config: GatewayConfig) -> GroupSettings:
                          config.groups.group_initial_rebalance_delay_ms)
 
 
-def _gateway(config: GatewayConfig, store: AsyncStore, metrics: Metrics, failures: MaintenanceFailures,
+def _gateway(config: GatewayConfig, store: AsyncStore, clock: Clock, metrics: Metrics, failures: MaintenanceFailures,
              metadata: MetadataStore, security: SecurityStore, logs: LogManager, groups: GroupCoordinator,
              coordination: Coordination, transaction_store: TransactionStore) -> Gateway:
     """The parts both modes build alike, around the mode's stores and coordination."""
     markers = GatewayMarkers(logs, groups, logs.ownership.node_id)
     transactions = TransactionCoordinator(transaction_store, metadata.allocate_producer_id, markers,
-                                          lambda: int(time.time() * 1000), config.groups.transaction_max_timeout_ms,
+                                          clock.now_ms, config.groups.transaction_max_timeout_ms,
                                           failures=failures, mode=mode_of(config),
                                           id_expiration_ms=config.groups.transactional_id_expiration_ms)
     try:
@@ -305,8 +309,9 @@ def _gateway(config: GatewayConfig, store: AsyncStore, metrics: Metrics, failure
         return None if info is None else logs.policy(info)
 
     lfs = LfsService(store, _lfs_objects(config, store), config.lfs, config.storage.namespace, metrics, policy_of,
-                     failures)
-    return Gateway(config, store, metrics, metadata, security, groups, logs, access, coordination, transactions, lfs)
+                     failures, clock)
+    return Gateway(config, store, clock, metrics, metadata, security, groups, logs, access, coordination, transactions,
+                   lfs)
 
 
 def _lfs_objects(config: GatewayConfig, store: AsyncStore) -> LfsObjects:

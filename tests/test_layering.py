@@ -343,3 +343,42 @@ def test_each_etcd_store_lives_beside_its_embedded_twin():
     # The check itself can fail: an etcd store in a module of its own.
     assert _stores_without_twins({"cluster/etcd_metadata.py": "class EtcdGroupStore:\n    pass\n"}) == [
         "cluster/etcd_metadata.py: EtcdGroupStore without EmbeddedGroupStore"]
+
+
+# Reads of the time of day outside the gateway's clock (gateway/clock.py), and why each may.
+_WALL_CLOCK_EXCEPTIONS = {
+    "gateway/log/log_writer.py:new_writer_id": "a writer's id, unique and ordered per start to the microsecond: "
+                                               "an identity, not a time of day",
+}
+
+
+def _wall_clock_reads(source: str, path: str) -> list[str]:
+    """Calls of time.time(), time.time_ns() or datetime's now()/utcnow(), by enclosing function."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and \
+                    isinstance(child.func.value, ast.Name) and \
+                    (child.func.value.id, child.func.attr) in {("time", "time"), ("time", "time_ns"),
+                                                               ("datetime", "now"), ("datetime", "utcnow")}:
+                where = f"{path}:{function}"
+                if where not in _WALL_CLOCK_EXCEPTIONS:
+                    found.append(f"{where} line {child.lineno}")
+            visit(child, name)
+
+    visit(ast.parse(source, filename=path), "<module>")
+    return found
+
+
+def test_the_time_of_day_is_read_from_the_one_injected_clock():
+    found = []
+    for path in sorted((ROOT / "gateway").rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        if relative != "gateway/clock.py":
+            found += _wall_clock_reads(path.read_text(), relative)
+    assert found == []
+    # The check itself can fail: what the produce handler used to do.
+    assert _wall_clock_reads("def handle():\n    now_ms = int(time.time() * 1000)\n", "gateway/handlers/produce.py") == [
+        "gateway/handlers/produce.py:handle line 2"]

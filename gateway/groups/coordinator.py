@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -596,6 +595,3 @@ class GroupCoordinator:
             if stale:
                 await self.delete_offsets(group, stale)
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

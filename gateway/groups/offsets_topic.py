@@ -20,7 +20,6 @@ generation and protocol type, not its members (etcd holds no members).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -37,6 +36,7 @@ from kafscale.protocol.group_records import (
 )
 from kafscale.protocol.records import BatchHeader, build_batch, split_batches
 
+from ..clock import Clock
 from ..maintenance import MaintenanceFailures
 from ..ownership import Ownership
 from .store import CommittedOffset, StoredGroup
@@ -86,6 +86,10 @@ class TopicLogs(Protocol):
     """What the mirror needs of the log manager."""
 
     def topics(self) -> dict: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
     async def get(self, topic: str, partition: int) -> Appendable: ...
     async def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> object: ...
 
@@ -141,7 +145,7 @@ class OffsetsTopic:
         if self._generations.get(group.group_id) != group.generation:
             self._generations[group.group_id] = group.generation
             records.append(_group_record(group.group_id, group.protocol_type, group.generation, group.protocol_name,
-                                         group.leader_id, group.member_records()))
+                                         group.leader_id, group.member_records(), self._logs.clock.now_ms()))
         records += _offset_records(group.group_id, offsets)
         await _append(self._logs, self._failures, self.partitions, group.group_id, records)
 
@@ -158,9 +162,9 @@ class OffsetsTopic:
 
 
 def _group_record(group_id: str, protocol_type: str | None, generation: int, protocol: str | None,
-                  leader: str | None, members: list[GroupMember]) -> tuple[bytes, bytes]:
+                  leader: str | None, members: list[GroupMember], now_ms: int) -> tuple[bytes, bytes]:
     return group_metadata_key(group_id), group_metadata_value(protocol_type or "", generation, protocol, leader,
-                                                              int(time.time() * 1000), members)
+                                                              now_ms, members)
 
 
 def _offset_records(group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset]
@@ -176,7 +180,7 @@ async def _append(logs: TopicLogs, failures: MaintenanceFailures, partitions: in
         return
     with failures.guard(OFFSETS_TOPIC, repr(group_id)):  # the commit stands whatever happens here
         partition_log = await logs.get(OFFSETS_TOPIC, offsets_partition(group_id, partitions))
-        batch = bytearray(build_batch(records, base_timestamp=int(time.time() * 1000)))
+        batch = bytearray(build_batch(records, base_timestamp=logs.clock.now_ms()))
         partition_log.append(batch, split_batches(batch))
 
 
@@ -250,13 +254,13 @@ class ClusterOffsetsTopic:
                 self._written.pop(group_id, None)
                 continue
             latest, written = self._latest.get(group_id), self._written.get(group_id)
-            records = _changes_between(group_id, written, latest)
+            records = _changes_between(group_id, written, latest, self._logs.clock.now_ms())
             await _append(self._logs, self._failures, self.partitions, group_id, records)
             self._written[group_id] = latest
             await trio.lowlevel.checkpoint()
 
 
-def _changes_between(group_id: str, written: StoredGroup | None, latest: StoredGroup | None
+def _changes_between(group_id: str, written: StoredGroup | None, latest: StoredGroup | None, now_ms: int
                      ) -> list[tuple[bytes | None, bytes | None]]:
     """The records that take a group's state in the topic from ``written`` to ``latest``."""
     before = written.offsets if written is not None else {}
@@ -266,7 +270,7 @@ def _changes_between(group_id: str, written: StoredGroup | None, latest: StoredG
         if written is not None:
             records.append((group_metadata_key(group_id), None))
     elif written is None or written.generation != latest.generation:
-        records.append(_group_record(group_id, latest.protocol_type, latest.generation, None, None, []))
+        records.append(_group_record(group_id, latest.protocol_type, latest.generation, None, None, [], now_ms))
     records += _offset_records(group_id, {key: value for key, value in after.items() if before.get(key) != value})
     records += [(offset_commit_key(group_id, topic, partition), None)
                 for topic, partition in sorted(set(before) - set(after))]

@@ -9,7 +9,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..groups.coordinator import GroupState, now_ms
+from ..groups.coordinator import GroupState
 from ..groups.store import CommittedOffset
 from ..security.acl import Operation
 from .base import register, respond
@@ -35,7 +35,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Request):
     topics = ctx.logs.topics()
     accepted = {}
     results = []
-    stamp = now_ms()
+    stamp = ctx.clock.now_ms()
     for topic in body.topics:
         partitions = []
         info = topics.get(topic.name)

@@ -4,7 +4,6 @@ answer once the group-committed flush is durable (acks 1 / -1) or at once (acks 
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -105,7 +104,7 @@ async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
     results: dict[tuple[str, int], ProducePartition] = {}
     waits: list[_Wait] = []
     produced_bytes = produced_records = 0
-    now_ms = int(time.time() * 1000)
+    now_ms = ctx.clock.now_ms()
     for topic in body.topic_data:
         policy = ctx.logs.policy(ctx.logs.topics().get(topic.name))
         for part in topic.partition_data:

@@ -41,6 +41,7 @@ from kafscale.protocol.lfs import (
 from kafscale.protocol.records import iter_records, split_batches
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
+from ..clock import Clock
 from ..config import LfsConfig
 from ..maintenance import MaintenanceFailures, every
 from ..metrics import Metrics
@@ -115,14 +116,13 @@ def _cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
 
 class LfsService:
     def __init__(self, store: AsyncStore, objects: LfsObjects, config: LfsConfig, namespace: str,
-                 metrics: Metrics, policy_of: Callable[[str], TopicPolicy | None], failures: MaintenanceFailures) -> None:
+                 metrics: Metrics, policy_of: Callable[[str], TopicPolicy | None], failures: MaintenanceFailures,
+                 clock: Clock) -> None:
         self._store = store
+        self._clock = clock
         self._failures = failures
         self.objects = objects
         self._config = config
@@ -177,7 +177,7 @@ class LfsService:
         bucket = lfs.bucket or self.objects.default_bucket()
         identifier = object_id()
         key = self.objects.full_key(object_key(lfs.prefix or self._namespace, topic, identifier))
-        now = _now_ms()
+        now = self._clock.now_ms()
         expiry_s = self._config.lfs_upload_expiry_ms // 1000
         plan = await self._thread(self.objects.plan_upload, bucket, key, size, content_type, expiry_s)
         upload = Upload(identifier, topic, principal, bucket, key, size, checksum_alg, content_type, now,
@@ -193,7 +193,7 @@ class LfsService:
             raise LfsRefused(403, f"upload session {upload_id} belongs to another principal")
         if upload.state != "open":
             raise LfsRefused(409, f"upload session {upload_id} is already {upload.state}")
-        if _now_ms() > upload.expires_ms:
+        if self._clock.now_ms() > upload.expires_ms:
             self._metrics.lfs_validation_errors.labels("expired_session").inc()
             raise LfsRefused(410, f"upload session {upload_id} expired")
         return upload
@@ -238,7 +238,7 @@ class LfsService:
         block = bytearray()
         window_start, window_bytes = trio.current_time(), 0
         min_rate = self._config.lfs_min_upload_bytes_per_s
-        expires_in = max(upload.expires_ms - _now_ms(), 0) / 1000
+        expires_in = max(upload.expires_ms - self._clock.now_ms(), 0) / 1000
         try:
             with trio.move_on_after(expires_in) as expiry:
                 async for chunk in body:
@@ -284,7 +284,7 @@ class LfsService:
             raise LfsRefused(409, f"upload session {upload_id} is not a multipart upload")
         if not (1 <= first and 1 <= count <= 1000 and first + count - 1 <= _MAX_PARTS):
             raise LfsRefused(400, f"parts are numbered 1 to {_MAX_PARTS}, at most 1000 per request")
-        expiry_s = max((upload.expires_ms - _now_ms()) // 1000, 1)
+        expiry_s = max((upload.expires_ms - self._clock.now_ms()) // 1000, 1)
         return await self._thread(self.objects.part_urls, upload.bucket, upload.key, upload.multipart_id,
                                   range(first, first + count), expiry_s)
 
@@ -427,7 +427,7 @@ class LfsService:
             return  # not uploaded through a gateway, or already cleaned up: nothing to keep
         if upload.topic != topic or upload.key != pointer.key or upload.state == "open":
             return
-        await self._save(replace(upload, state="claimed", last_pointer_ms=_now_ms()))
+        await self._save(replace(upload, state="claimed", last_pointer_ms=self._clock.now_ms()))
 
     # -- downloads -------------------------------------------------------------------------
 
@@ -445,7 +445,7 @@ class LfsService:
     async def sweep(self) -> dict[str, int]:
         """One pass of the clean-up: what it deleted, by reason."""
         deleted: dict[str, int] = {}
-        now = _now_ms()
+        now = self._clock.now_ms()
         for info in await self._store.list(self._prefix):
             with self._failures.guard("LFS clean-up", info.key):  # one session it cannot handle holds up no other
                 reason = await self._sweep_one(info.key, now)

@@ -53,6 +53,7 @@ from kafscale.protocol.segment import Segment, SegmentBuilder, read_segment
 from kafscale.protocol.transactions import AbortedBatches
 from kafscale.storage_backends import ObjectChanged, ObjectNotFound, StorageError
 
+from ..clock import Clock
 from ..maintenance import MaintenanceFailures, every
 from ..metadata import TopicInfo
 from ..topic_configs import TopicPolicy
@@ -208,7 +209,7 @@ def _map_segment(keys: KeyMap, loaded: Segment | EntryBatches, first_dirty: int,
 async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPolicy, budget_bytes: int,
                 stats: CleanerStats, now_ms: int | None = None) -> int:
     """One cleaning pass over a partition; returns the segments rewritten."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = partition_log.clock.now_ms() if now_ms is None else now_ms
     async with partition_log.maintenance:
         started = time.monotonic()
         if not progress.checkpoint_read:
@@ -297,7 +298,7 @@ async def _rewrite(partition_log: PartitionLog, piece: Piece, work: _Pass, polic
         return 0, due
     if not partition_log.writable():
         return None
-    cleaned = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
+    cleaned = await trio.to_thread.run_sync(builder.seal, partition_log.clock.now_ms())
     settings = partition_log.settings
     index = build_index(builder.batches, settings.index_interval, len(cleaned))
     await index_before_rewrite(store, index_key(settings.namespace, partition_log.topic, partition_log.partition,
@@ -344,6 +345,9 @@ class CleanedLogs(Protocol):
     def loaded(self) -> list[PartitionLog]: ...
     def policy(self, info: TopicInfo | None) -> TopicPolicy: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
 
 class Cleaner:
     """Cleans the compacted partitions this gateway owns, within a share of its time."""
@@ -385,7 +389,7 @@ class Cleaner:
 
     async def pass_once(self, *, everything: bool = False, now_ms: int | None = None) -> int:
         """Clean every compacted partition that is due (``everything``: each one once)."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        now_ms = self.logs.clock.now_ms() if now_ms is None else now_ms
         rewritten = 0
         worst = 0.0
         dirty_total = 0

@@ -21,7 +21,6 @@ janitor deletes log objects once nothing in them is needed.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Protocol
 
 import trio
@@ -108,7 +107,7 @@ async def compact(partition_log: PartitionLog) -> int:
         settings = partition_log.settings
         key = segment_key(settings.namespace, partition_log.topic, partition_log.partition, builder.base_offset)
         # The CRC of up to segment.bytes, off the event loop (crc32c releases the GIL).
-        data = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
+        data = await trio.to_thread.run_sync(builder.seal, partition_log.clock.now_ms())
         store = partition_log.store
         try:
             await store.put_if_absent(key, data)

@@ -17,7 +17,6 @@ once) go out as one seal per writer.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import trio
@@ -27,6 +26,7 @@ from kafscale.protocol.layout import log_object_key, writer_node
 from kafscale.protocol.log_object import encode_seal
 from kafscale.storage_backends import ObjectExists
 
+from ..clock import Clock
 from ..ownership import Mode
 from ..storage import AsyncStore
 from .damage import DamageReport
@@ -41,8 +41,10 @@ Unit = tuple[str, int]
 
 class Fencer:
     def __init__(self, store: AsyncStore, namespace: str, objects: LogObjects, own_writer: Callable[[], str],
-                 live_nodes: Callable[[], set[int]], damage: DamageReport, *, mode: Mode) -> None:
+                 live_nodes: Callable[[], set[int]], damage: DamageReport, *, mode: Mode,
+                 clock: Clock) -> None:
         self._store = store
+        self._clock = clock
         self._damage = damage
         self._namespace = namespace
         self._objects = objects
@@ -90,7 +92,7 @@ class Fencer:
         sequence = self._objects.writers()[writer][-1].sequence + 1
         while True:
             key = log_object_key(self._namespace, writer, sequence)
-            data, directory = encode_seal(key, sequence, int(time.time() * 1000), units, seal_all=seal_all)
+            data, directory = encode_seal(key, sequence, self._clock.now_ms(), units, seal_all=seal_all)
             try:
                 await self._store.put_if_absent(key, data)
             except ObjectExists:  # the writer got there first: seal the slot after

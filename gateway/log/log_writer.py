@@ -36,6 +36,7 @@ from kafscale.protocol.layout import log_object_key
 from kafscale.protocol.log_object import LogObjectBuilder, LogObjectDirectory
 from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, StorageError
 
+from ..clock import Clock
 from ..ownership import Mode
 from ..storage import AsyncStore
 from .log_objects import LogObjects, read_slot
@@ -57,9 +58,10 @@ def new_writer_id(node_id: int) -> str:
 
 class LogWriter:
     def __init__(self, store: AsyncStore, namespace: str, node_id: int, objects: LogObjects,
-                 linger_ms: int, flush_bytes: int, *, mode: Mode, fill_wait_ms: int = 0,
+                 linger_ms: int, flush_bytes: int, *, mode: Mode, clock: Clock, fill_wait_ms: int = 0,
                  on_new_writer: Callable[[], None] = lambda: None) -> None:
         self.store = store
+        self._clock = clock
         self.namespace = namespace
         self.node_id = node_id
         self.writer_id = new_writer_id(node_id)
@@ -93,7 +95,7 @@ class LogWriter:
     async def open(self) -> None:
         """Create slot 0 (an empty object) before serving anything: from then on this writer
         is listed, so a gateway taking partitions over can seal it."""
-        data, directory = LogObjectBuilder().encode(self.key(0), 0, int(time.time() * 1000))
+        data, directory = LogObjectBuilder().encode(self.key(0), 0, self._clock.now_ms())
         await self.store.put_if_absent(directory.key, data)
         self.objects.add(directory, len(data))
         self.sequence = 1
@@ -172,7 +174,7 @@ class LogWriter:
                 for record_set, stamped in pending.record_sets:
                     builder.append(partition_log.topic, partition_log.partition, record_set, stamped,
                                    partition_log.epoch, partition_log.topic_id)
-            pieces, directory = builder.encode_pieces(self.key(self.sequence), self.sequence, int(time.time() * 1000))
+            pieces, directory = builder.encode_pieces(self.key(self.sequence), self.sequence, self._clock.now_ms())
             data = Pieces(pieces)  # the record sets as appended, not joined into a copy
             while True:  # the same bytes, until the slot is decided
                 outcome = await self._put(directory, data)

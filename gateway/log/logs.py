@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.group_records import OFFSETS_TOPIC
 from kafscale.protocol.layout import topic_prefix
 
+from ..clock import Clock
 from ..config import GatewayConfig
 from ..maintenance import MaintenanceFailures, every
 from ..metadata import MetadataStore, TopicInfo
@@ -61,23 +61,24 @@ class SharedLog:
 
 
 def shared_log(store: AsyncStore, namespace: str, node_id: int, linger_ms: int, flush_bytes: int, *,
-               mode: Mode, live_nodes: Callable[[], set[int]], fill_wait_ms: int = 0,
+               mode: Mode, clock: Clock, live_nodes: Callable[[], set[int]], fill_wait_ms: int = 0,
                on_new_writer: Callable[[], None] = lambda: None) -> SharedLog:
     """``mode`` CLUSTER: other gateways share the store (their writers are live; a writer of this
     node sealed whole goes on as a new one). Alone, every other writer is an earlier run of
     this gateway, and a run sealed whole by a newer one stops writing."""
     damage = DamageReport()
     objects = LogObjects(store, namespace, damage)
-    writer = LogWriter(store, namespace, node_id, objects, linger_ms, flush_bytes, mode=mode,
+    writer = LogWriter(store, namespace, node_id, objects, linger_ms, flush_bytes, mode=mode, clock=clock,
                        fill_wait_ms=fill_wait_ms, on_new_writer=on_new_writer)
-    fencer = Fencer(store, namespace, objects, lambda: writer.writer_id, live_nodes, damage, mode=mode)
+    fencer = Fencer(store, namespace, objects, lambda: writer.writer_id, live_nodes, damage, mode=mode, clock=clock)
     return SharedLog(damage, objects, writer, fencer)
 
 
 class LogManager:
     def __init__(self, config: GatewayConfig, store: AsyncStore, metadata: MetadataStore,
-                 ownership: Ownership, failures: MaintenanceFailures) -> None:
+                 ownership: Ownership, failures: MaintenanceFailures, clock: Clock) -> None:
         self.config = config
+        self.clock = clock
         self.failures = failures
         self.store = store
         self.metadata = metadata
@@ -86,7 +87,7 @@ class LogManager:
         self.cache: ByteLRU = ByteLRU(config.limits.cache_bytes)
         resolved = config.resolved_log
         machinery = shared_log(store, config.storage.namespace, ownership.node_id, resolved.linger_ms,
-                               resolved.flush_bytes, mode=self.mode, fill_wait_ms=config.log.fill_wait_ms,
+                               resolved.flush_bytes, mode=self.mode, clock=clock, fill_wait_ms=config.log.fill_wait_ms,
                                live_nodes=lambda: {broker.node_id for broker in self.ownership.brokers()},
                                on_new_writer=self._fence_loaded)
         self.damage, self.objects = machinery.damage, machinery.objects
@@ -138,7 +139,7 @@ class LogManager:
 
     async def enforce_retention(self, now_ms: int | None = None) -> int:
         """One retention pass over every partition of every topic; returns segments deleted."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        now_ms = self.clock.now_ms() if now_ms is None else now_ms
         deleted = 0
         for info in list(self.topics().values()):
             policy = None
@@ -286,7 +287,7 @@ class LogManager:
             partition_log = PartitionLog(topic, partition, self.store, self.settings_for(info), self.cache,
                                          self.writer, epoch=epoch, topic_id=info.topic_id.bytes,
                                          owned_epoch=lambda: self._owned_epoch(topic, partition),
-                                         damage=self.damage)
+                                         damage=self.damage, clock=self.clock)
             try:
                 if self.mode is Mode.CLUSTER:
                     await self.fencer.fence(key)  # no former owner can store this partition any more

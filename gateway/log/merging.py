@@ -34,7 +34,6 @@ segments, which the owner deletes when it next loads the partition.
 from __future__ import annotations
 
 import logging
-import time
 
 import trio
 
@@ -144,7 +143,7 @@ async def merge(partition_log: PartitionLog) -> int:
             if await store.version(key) != seen:
                 log.warning("%s changed while it was merged; the merge is given up", key)
                 return 0
-        merged = await trio.to_thread.run_sync(builder.seal, int(time.time() * 1000))
+        merged = await trio.to_thread.run_sync(builder.seal, partition_log.clock.now_ms())
         index = build_index(builder.batches, settings.index_interval, len(merged))
         namespace, topic, partition = settings.namespace, partition_log.topic, partition_log.partition
         await index_before_rewrite(store, index_key(namespace, topic, partition, first.base_offset), len(merged),

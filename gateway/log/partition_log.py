@@ -41,6 +41,7 @@ from kafscale.protocol.segment import (
 from kafscale.protocol.transactions import AbortedTxn
 from kafscale.storage_backends import ObjectNotFound, StorageError
 
+from ..clock import Clock
 from ..storage import AsyncStore
 from .cache import ByteLRU
 from .damage import DamageReport
@@ -176,9 +177,10 @@ class PartitionLog:
     def __init__(
         self, topic: str, partition: int, store: AsyncStore, settings: LogSettings, cache: ByteLRU,
         writer: Flusher, *, epoch: int, owned_epoch: Callable[[], int | None], damage: DamageReport,
-        topic_id: bytes = bytes(16),
+        clock: Clock, topic_id: bytes = bytes(16),
     ) -> None:
         self.topic = topic
+        self.clock = clock  # the time of day: marker and object stamps, retention
         self.partition = partition
         self.topic_id = topic_id
         # The leader epoch this log was loaded under; every append it takes is accepted under

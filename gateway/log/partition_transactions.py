@@ -11,7 +11,6 @@ often. Loading the stored state is :mod:`.recovery`'s job.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Protocol
 
@@ -22,6 +21,7 @@ from kafscale.protocol.records import BatchHeader, split_batches
 from kafscale.protocol.transactions import PartitionTransactions, marker_batch
 from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound, StorageError
 
+from ..clock import Clock
 from ..storage import AsyncStore
 
 __all__ = ["TransactionBook", "BookedLog", "VerificationGuards"]
@@ -45,6 +45,9 @@ class BookedLog(Protocol):
         ...
 
     def writable(self) -> bool: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
     def fence(self) -> None: ...
 
@@ -135,7 +138,7 @@ class TransactionBook:
                     raise KafkaError(ErrorCode.not_leader_or_follower, f"{log.topic}-{log.partition} moved")
                 return False
             batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
-                                           int(time.time() * 1000)))
+                                           log.clock.now_ms()))
             offset, ticket = log.append(batch, split_batches(batch), urgent=True)
             await ticket.wait()
             self.state.marker_appended(producer_id, offset, commit)

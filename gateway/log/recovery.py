@@ -36,7 +36,7 @@ async def recover(partition_log: PartitionLog, objects: LogObjects, persisted_lo
     store, damage = partition_log.store, partition_log.damage
 
     async def repair(torn: list[tuple[int, str]]) -> list[StoredSegment]:
-        return await repair_torn(store, torn, damage)
+        return await repair_torn(store, torn, damage, partition_log.clock.now_ms())
 
     view = await read_stored(store, reads.snapshot(partition_log.prefix, entries, persisted_log_start), repair)
     if view.holes:

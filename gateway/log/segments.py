@@ -3,8 +3,6 @@ of torn ones."""
 
 from __future__ import annotations
 
-import time
-
 from kafscale.protocol import stored_log as reads
 from kafscale.protocol.layout import segment_key, segment_partition
 from kafscale.protocol.log_view import StoredSegment
@@ -34,7 +32,8 @@ async def list_segments(store: AsyncStore, prefix: str) -> SegmentListing:
     return await read_stored(store, reads.list_segments(prefix))
 
 
-async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: DamageReport) -> list[StoredSegment]:
+async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: DamageReport,
+                      now_ms: int) -> list[StoredSegment]:
     """The owner's repair of segments without a valid footer (truncated, or damaged): each is
     moved aside as ``{key}.torn`` and its intact batches are written again, one segment per
     unbroken run of them, so nothing readable is discarded. Offsets lost with the damaged
@@ -74,7 +73,7 @@ async def repair_torn(store: AsyncStore, torn: list[tuple[int, str]], damage: Da
                 builder.skip_to(batch.base_offset)
                 builder.append(memoryview(data)[batch.position:batch.position + batch.size],
                                [batch.at(position=0)])
-            sealed = builder.seal(int(time.time() * 1000))
+            sealed = builder.seal(now_ms)
             run_key = segment_key(namespace, topic, partition, run_base)
             try:
                 await store.put_if_absent(run_key, bytes(sealed))

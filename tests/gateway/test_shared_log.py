@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import trio
 
+from kafscale.gateway.clock import Clock
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.log.cache import ByteLRU
 from kafscale.gateway.log.compaction import Compactor, compact
@@ -47,13 +48,16 @@ def store(request, tmp_path):
     return AsyncStore(backend, 4)
 
 
+CLOCK = Clock()
+
+
 class Node:
     """One gateway run's log machinery: its log objects, writer and partition logs."""
 
     def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True, fill_wait_ms=0):
         self.store = store
         machinery = shared_log(store, "ns", node_id, linger_ms, 1 << 20, mode=Mode.EMBEDDED if alone else Mode.CLUSTER,
-                               live_nodes=lambda: {0, 1}, fill_wait_ms=fill_wait_ms)  # as the log manager wires it
+                               clock=CLOCK, live_nodes=lambda: {0, 1}, fill_wait_ms=fill_wait_ms)  # as the log manager wires it
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer
         self.settings = settings
@@ -79,7 +83,7 @@ class Node:
         unit = (topic, partition)
         cache = ByteLRU(1 << 20) if cache is None else cache
         log = PartitionLog(topic, partition, self.store, self.settings, cache, self.writer,
-                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit], damage=self.damage)
+                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit], damage=self.damage, clock=CLOCK)
         if fence:
             await self.fencer.fence((topic, partition))
         await recover(log, self.objects)
@@ -325,6 +329,7 @@ class _Manager:
         self.config = GatewayConfig.of(node_id=node_id, namespace="ns", storage="memory://")
         self.objects, self.writer, self.store, self.damage = node.objects, node.writer, store, node.damage
         self.ownership = SoleGateway(node_id, "127.0.0.1", 9092)
+        self.clock = CLOCK
         self._logs = logs
 
     def loaded(self):
@@ -542,12 +547,12 @@ async def test_idempotent_state_is_rebuilt_from_log_objects_and_segments(store, 
 async def test_a_topic_created_again_does_not_see_the_old_ones_records(store, nursery):
     node = await Node(store).start(nursery)
     old = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, epoch=0,
-                       owned_epoch=lambda: 0, damage=node.damage, topic_id=b"\x01" * 16)
+                       owned_epoch=lambda: 0, damage=node.damage, clock=CLOCK, topic_id=b"\x01" * 16)
     await recover(old, node.objects)
     _, ticket = old.append(*_record_set())
     await ticket.wait()
     new = PartitionLog("t", 0, store, SETTINGS, ByteLRU(1 << 20), node.writer, epoch=0,
-                       owned_epoch=lambda: 0, damage=node.damage, topic_id=b"\x02" * 16)
+                       owned_epoch=lambda: 0, damage=node.damage, clock=CLOCK, topic_id=b"\x02" * 16)
     await recover(new, node.objects)
     assert new.high_watermark == 0
 
