@@ -22,10 +22,10 @@ from . import report
 from .broker_bench import ROOT, Broker, _free_port, _load, tansu_binary
 
 sys.path.insert(0, str(ROOT))
+from devkit.etcd_server import EtcdServer  # noqa: E402
+from devkit.s3_server import MotoServer  # noqa: E402
+from devkit.seaweed_server import SeaweedServer  # noqa: E402
 from kafscale.storage_backends import open_store  # noqa: E402
-from tests.support.etcd_server import EtcdServer  # noqa: E402
-from tests.support.s3_server import MotoServer  # noqa: E402
-from tests.support.seaweed_server import SeaweedServer  # noqa: E402
 
 RUNS = [("100 B", 100, 200_000), ("1 KiB", 1024, 100_000)]
 PARTITIONS = 6

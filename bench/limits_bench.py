@@ -38,10 +38,10 @@ def _probe(port: int, done: threading.Event) -> float:
 
 
 async def _metadata_cost() -> list[list]:
+    from devkit.wire_client import Client, config
     from kafscale.gateway.server import serve
     from kafscale.protocol.entities import build
     from kafscale.protocol.messages import request_class
-    from tests.support.wire_client import Client, config
 
     rows = []
     async with trio.open_nursery() as nursery:
@@ -77,7 +77,7 @@ async def _metadata_cost() -> list[list]:
 
 
 async def _fuzz(frames: int) -> list[list]:
-    from tests.gateway.test_fuzz import run_campaign
+    from devkit.fuzz import run_campaign
 
     async with trio.open_nursery() as nursery:
         started = time.perf_counter()
@@ -102,7 +102,7 @@ def run(fuzz_frames: int = 20_000) -> None:
         "(10 topics of 10,000 partitions), one client asks for every topic while another, in its own "
         "thread, sends ApiVersions every 5 ms; the catalog loops yield every 1,000 partitions and a "
         "large answer is built and encoded in a worker thread (the first client's decode runs in the "
-        "same process and holds the GIL too). Fuzz: the CI campaign's harness (tests/support/fuzz.py) with more "
+        "same process and holds the GIL too). Fuzz: the CI campaign's harness (devkit/fuzz.py) with more "
         "frames; a hang is a frame that got neither an answer nor a close within 10 s.",
         ["what", "size", "result", "also"],
         rows,

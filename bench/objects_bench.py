@@ -70,7 +70,7 @@ class ProxyCounter:
 @contextmanager
 def counted_s3_gateway(workdir: Path, tag: str, name: str, command: list[str], env: dict | None):
     """A gateway on SeaweedFS (``weed mini``) behind the counting proxy: (broker, counter)."""
-    from tests.support.seaweed_server import SeaweedServer
+    from devkit.seaweed_server import SeaweedServer
 
     (workdir / f"{tag}-weed").mkdir()
     weed = SeaweedServer(workdir / f"{tag}-weed")

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.support.certs import CertificateAuthority
+from devkit.certs import CertificateAuthority
 
 from . import report
 from .broker_bench import Broker, _free_port, _load, tansu_binary

@@ -16,7 +16,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.gateway.test_fuzz import run_campaign  # noqa: E402
+from devkit.fuzz import run_campaign  # noqa: E402
 
 
 def main() -> int:

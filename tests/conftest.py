@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory):
     """One moto S3 server for the session (each test makes its own bucket)."""
-    from tests.support.s3_server import MotoServer
+    from devkit.s3_server import MotoServer
 
     server = MotoServer(tmp_path_factory.mktemp("moto"))
     yield server
@@ -28,7 +28,7 @@ def moto_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def seaweed_server(tmp_path_factory):
     """One SeaweedFS S3 server for the session (each test uses its own prefix)."""
-    from tests.support.seaweed_server import SeaweedServer
+    from devkit.seaweed_server import SeaweedServer
 
     server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"))
     yield server

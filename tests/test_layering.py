@@ -382,3 +382,14 @@ def test_the_time_of_day_is_read_from_the_one_injected_clock():
     # The check itself can fail: what the produce handler used to do.
     assert _wall_clock_reads("def handle():\n    now_ms = int(time.time() * 1000)\n", "gateway/handlers/produce.py") == [
         "gateway/handlers/produce.py:handle line 2"]
+
+
+def test_tools_import_no_test_module():
+    """The benchmarks, the scripts and what they share with the tests (devkit/) stand on their
+    own: a test module is not a library."""
+    found = [(str(path.relative_to(ROOT)), name)
+             for folder in ("bench", "scripts", "devkit") for path in sorted((ROOT / folder).rglob("*.py"))
+             for _, name in _imports(path) if name == "tests" or name.startswith("tests.")]
+    assert found == []
+    # The check itself can fail: it sees a test module's import of tests.support.
+    assert any(name.startswith("tests.") for _, name in _imports(ROOT / "tests" / "cluster" / "conftest.py"))

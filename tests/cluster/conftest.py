@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
+from devkit.etcd_server import EtcdServer
 from kafscale.protocol.layout import parse_segment_key
 from kafscale.protocol.segment import SEGMENT_HEADER_SIZE, parse_segment_footer, parse_segment_header
 from kafscale.storage_backends import ObjectNotFound, open_store
-from tests.support.etcd_server import EtcdServer
 from tests.support.gateway_process import GatewayProcess
 
 LEASE_MS = 3000

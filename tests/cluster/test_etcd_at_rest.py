@@ -10,12 +10,12 @@ import time
 import httpx
 import trio
 
+from devkit.wire_client import Client
 from kafscale.protocol import ErrorCode
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from tests.cluster.conftest import ready, wait_until
 from tests.support.gateway_process import GatewayProcess
-from tests.support.wire_client import Client
 
 IDS = 1000
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 
+from devkit.etcd_server import etcd_cluster
 from tests.cluster.conftest import LEASE_MS, Cluster, ready, running
 from tests.cluster.test_cluster import BackgroundProducer, create_topic, verify
-from tests.support.etcd_server import etcd_cluster
 
 
 def test_losing_one_etcd_member_changes_nothing_for_clients(tmp_path, moto_server, request):

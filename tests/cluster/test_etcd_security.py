@@ -9,10 +9,10 @@ import pytest
 import trio
 from confluent_kafka import Consumer, Producer
 
+from devkit.certs import CertificateAuthority
+from devkit.etcd_server import EtcdServer
 from kafscale.gateway.cluster.etcd import EtcdAuthFailed, EtcdClient, EtcdError, EtcdUnavailable, tls_context
 from tests.cluster.conftest import LEASE_MS, wait_until
-from tests.support.certs import CertificateAuthority
-from tests.support.etcd_server import EtcdServer
 from tests.support.gateway_process import GatewayProcess, free_port
 
 # Leaving an httpx stream early (a cancelled watch) leaves httpx's and httpcore's inner async

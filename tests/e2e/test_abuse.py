@@ -12,11 +12,11 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit.wire_client import fetch, produce
 from kafscale.protocol import build_batch, encode_frame
 from kafscale.protocol.messages import RequestHeader, encode_request
 from tests.support.gateway_process import GatewayProcess
 from tests.support.kafka_reading import read_to_end
-from tests.support.wire_client import fetch, produce
 
 MIB = 2**20
 INFLIGHT = 64 * MIB

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 import trio
 
+from devkit.wire_client import Client, fetch
 from kafscale.protocol.records import split_batches
-from tests.support.wire_client import Client, fetch
 
 KCAT = shutil.which("kcat")
 pytestmark = pytest.mark.skipif(

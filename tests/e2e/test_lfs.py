@@ -451,7 +451,7 @@ def test_streams_of_unknown_size_upload_part_by_part(tmp_path, request, backend)
 def test_a_store_that_fails_the_pointer_check_is_a_retriable_error(tmp_path):
     """The HEAD of a pointer's object fails (the S3 server is gone): the partition gets
     KAFKA_STORAGE_ERROR, which producers retry, and the gateway stays up."""
-    from tests.support.s3_server import MotoServer
+    from devkit.s3_server import MotoServer
 
     (tmp_path / "moto").mkdir()
     server = MotoServer(tmp_path / "moto")

@@ -6,13 +6,13 @@ import time
 
 import trio
 
+from devkit.wire_client import Client, create_topic, start_gateway
+from devkit.wire_client import fetch as _fetch
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import Record, iter_records, split_batches
 from kafscale.protocol.segment import read_segment
-from tests.support.wire_client import Client, create_topic, start_gateway
-from tests.support.wire_client import fetch as _fetch
 
 DAY_MS = 86_400_000
 

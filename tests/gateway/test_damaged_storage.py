@@ -10,15 +10,15 @@ from pathlib import Path
 
 import trio
 
+from devkit.wire_client import Client
+from devkit.wire_client import fetch as _fetch
+from devkit.wire_client import produce as _produce
+from devkit.wire_client import start_gateway as _start
 from kafscale.gateway.http import readiness
 from kafscale.protocol import ErrorCode, build_batch, iter_records, split_batches
 from kafscale.protocol.entities import build
 from kafscale.protocol.log_object import LOG_OBJECT_FOOTER_SIZE
 from kafscale.protocol.messages import request_class
-from tests.support.wire_client import Client
-from tests.support.wire_client import fetch as _fetch
-from tests.support.wire_client import produce as _produce
-from tests.support.wire_client import start_gateway as _start
 
 BATCHES = 3  # of 10 records each: offsets 0-9, 10-19, 20-29
 

@@ -7,12 +7,12 @@ import time
 import pytest
 import trio
 
+from devkit.wire_client import Client, create_topic, start_gateway
+from devkit.wire_client import fetch as fetch_request
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import Record, split_batches
-from tests.support.wire_client import Client, create_topic, start_gateway
-from tests.support.wire_client import fetch as fetch_request
 
 
 async def _produce(client, topic, value):

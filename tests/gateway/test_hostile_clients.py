@@ -8,12 +8,12 @@ import pytest
 import trio
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from devkit.wire_client import Client, fetch, produce
+from devkit.wire_client import start_gateway as _start
 from kafscale.protocol import ErrorCode, build_batch, encode_frame
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from kafscale.storage_backends import StorageError
-from tests.support.wire_client import Client, fetch, produce
-from tests.support.wire_client import start_gateway as _start
 
 
 async def _connect(running) -> Client:

@@ -4,10 +4,10 @@ client of that age sends them, answered in those layouts."""
 
 import struct
 
+from devkit.wire_client import Client, produce, start_gateway
 from kafscale.protocol import ErrorCode, build_batch, encode_frame
 from kafscale.protocol.records import Record
 from tests.protocol.test_legacy_versions import ANSWERS, REQUESTS, _decode, _encode
-from tests.support.wire_client import Client, produce, start_gateway
 
 # Answer layouts identical to their target's, as Kafka 3.9's JSON files give them.
 OFFSET_COMMIT_ANSWER = [("topics", ("array", [("name", "string"), ("partitions", ("array", [

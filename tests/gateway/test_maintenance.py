@@ -7,12 +7,12 @@ import pytest
 import trio
 from prometheus_client import generate_latest
 
+from devkit.wire_client import Client, create_topic, start_gateway
 from kafscale.gateway.maintenance import MaintenanceFailures, every
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import Record
-from tests.support.wire_client import Client, create_topic, start_gateway
 
 SET = 0
 

@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
+from devkit.wire_client import Client, create_topic, start_gateway
 from kafscale.protocol import ErrorCode
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
-from tests.support.wire_client import Client, create_topic, start_gateway
 
 
 def _metadata(topics, allow_auto_topic_creation=True):

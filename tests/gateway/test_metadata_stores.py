@@ -3,12 +3,12 @@
 import pytest
 import trio
 
+from devkit.etcd_server import EtcdServer
 from kafscale.gateway.cluster.etcd import EtcdClient
 from kafscale.gateway.metadata import EmbeddedMetadataStore, EtcdMetadataStore
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.storage_backends import MemoryBackend
-from tests.support.etcd_server import EtcdServer
 
 
 @pytest.fixture(params=["embedded", "etcd"])

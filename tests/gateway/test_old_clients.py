@@ -7,11 +7,11 @@ import struct
 
 import pytest
 
+from devkit.wire_client import Client, start_gateway
 from kafscale.gateway.log_limits import PerSourceLog
 from kafscale.protocol import encode_frame
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
-from tests.support.wire_client import Client, start_gateway
 
 
 async def test_api_versions_advertises_produce_from_v0_and_serves_it_from_v3(nursery):

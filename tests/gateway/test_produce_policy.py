@@ -5,13 +5,13 @@ import time
 
 import pytest
 
+from devkit.wire_client import Client, create_topic, start_gateway
+from devkit.wire_client import fetch as _fetch
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.compression import Compression
 from kafscale.protocol.entities import build, to_millis
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import Record, iter_records, split_batches
-from tests.support.wire_client import Client, create_topic, start_gateway
-from tests.support.wire_client import fetch as _fetch
 
 
 async def _produce_one(client, topic, batch, version=9):

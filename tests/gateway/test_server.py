@@ -7,16 +7,16 @@ import pytest
 import trio
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from devkit.wire_client import Client
+from devkit.wire_client import config as _config
+from devkit.wire_client import fetch as _fetch
+from devkit.wire_client import produce as _produce
+from devkit.wire_client import start_gateway as _start
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.server import StartupError, serve
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import decode_response, request_class
-from tests.support.wire_client import Client
-from tests.support.wire_client import config as _config
-from tests.support.wire_client import fetch as _fetch
-from tests.support.wire_client import produce as _produce
-from tests.support.wire_client import start_gateway as _start
 
 
 async def test_pipelined_requests_are_answered_in_order_and_appended_in_order(nursery):

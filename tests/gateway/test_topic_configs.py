@@ -2,10 +2,10 @@
 
 import pytest
 
+from devkit.wire_client import Client, start_gateway
 from kafscale.protocol import ErrorCode
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
-from tests.support.wire_client import Client, start_gateway
 
 TOPIC, DEFAULT_CONFIG, STATIC_BROKER_CONFIG, TOPIC_CONFIG = 2, 5, 4, 1
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

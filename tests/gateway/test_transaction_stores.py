@@ -4,12 +4,12 @@ a compare-and-swap on the version read, so of two coordinators one wins."""
 import pytest
 import trio
 
+from devkit.etcd_server import EtcdServer
 from kafscale.gateway.cluster.etcd import EtcdClient
 from kafscale.gateway.storage import AsyncStore
 from kafscale.gateway.transactions.store import ABSENT, EmbeddedTransactionStore, EtcdTransactionStore, TransactionChanged
 from kafscale.protocol.transactions import Transaction, TxnState
 from kafscale.storage_backends import LocalBackend, MemoryBackend
-from tests.support.etcd_server import EtcdServer
 
 
 @pytest.fixture(params=["memory", "file", "etcd"])

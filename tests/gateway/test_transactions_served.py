@@ -5,11 +5,11 @@ forged markers, verify-only batches, unstable offsets, and what the admin APIs d
 import pytest
 import trio
 
+from devkit.wire_client import Client, create_topic, start_gateway
 from kafscale.protocol import ErrorCode, build_batch
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import request_class
 from kafscale.protocol.records import iter_records, split_batches
-from tests.support.wire_client import Client, create_topic, start_gateway
 
 
 async def _call(client, key, version, values):

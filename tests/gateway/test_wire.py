@@ -5,6 +5,7 @@ import struct
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from devkit.wire_client import produce
 from kafscale.gateway.config import Listener
 from kafscale.gateway.security.session import Session
 from kafscale.gateway.wire import Answer, Dispatch, KafkaWire, RawToken, Violation
@@ -13,7 +14,6 @@ from kafscale.protocol.entities import build
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.framing import encode_frame
 from kafscale.protocol.messages import RequestHeader, decode_response, encode_request, request_class
-from tests.support.wire_client import produce
 
 PLAINTEXT = Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0)
 SASL = Listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", "127.0.0.1", 0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.certs import CertificateAuthority, Issued
+from devkit.certs import CertificateAuthority, Issued
 from tests.support.gateway_process import GatewayProcess, free_port
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"

@@ -6,12 +6,12 @@ import trio
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from devkit.wire_client import Client
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.server import serve
 from kafscale.protocol.entities import build
 from kafscale.protocol.errors import ErrorCode
 from kafscale.protocol.messages import request_class
-from tests.support.wire_client import Client
 
 
 def _config(**overrides) -> GatewayConfig:

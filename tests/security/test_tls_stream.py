@@ -12,8 +12,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devkit.certs import CertificateAuthority
 from kafscale.gateway.security.tls_stream import TlsStream
-from tests.support.certs import CertificateAuthority
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -12,19 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now and never handed out before in this test run: the OS may give a
-    just-closed port again, and two listeners of one gateway must not get the same one."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+from devkit.ports import free_port
 
 
 class GatewayProcess:

@@ -14,8 +14,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.support.certs import CertificateAuthority
-from tests.support.gateway_process import free_port
+from devkit.certs import CertificateAuthority
+
+from .ports import free_port
 
 ROOT_PASSWORD = "etcd-root-secret"
 

@@ -10,7 +10,8 @@ import uuid
 from pathlib import Path
 
 from kafscale.storage_backends import S3Options
-from tests.support.gateway_process import free_port
+
+from .ports import free_port
 
 # moto_server handles requests in threads, and its conditional PUT (If-None-Match: *) is a check
 # then a put: two racing creates of one key can both succeed, which S3 never allows and the

@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 
 from kafscale.storage_backends import S3Options, StorageError, open_store
-from tests.support.gateway_process import free_port
+
+from .ports import free_port
 
 BUCKET = "kafscale-tests"  # weed mini creates it at start (names need 3+ characters)
 ACCESS_KEY, SECRET_KEY = "kafscale", "kafscale-secret"

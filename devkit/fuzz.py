@@ -8,26 +8,33 @@ answer the sentinel or close the connection within a deadline; anything else is 
 hang. The gateway running at all afterwards means no crash; the caller checks
 that a real client still gets through and that every byte of memory came back.
 
-Used by ``tests/gateway/test_fuzz.py`` (bounded for CI) and ``scripts/fuzz.py``
-(as long as you like).
+The campaign (:func:`run_campaign`) is run by ``tests/gateway/test_fuzz.py`` (bounded for
+CI), ``bench limits`` and ``scripts/fuzz.py`` (as long as you like).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import resource
 import struct
 from dataclasses import dataclass, field
 
 import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.static.primitive import Records
 
 from kafscale.gateway.handlers import REGISTRY
-from kafscale.protocol import FrameDecoder, encode_frame
+from kafscale.gateway.server import serve
+from kafscale.protocol import ErrorCode, FrameDecoder, build_batch, encode_frame
+from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.messages import RequestHeader, encode_request, request_class
+
+from .wire_client import Client, config, fetch, produce
 
 __all__ = ["FuzzReport", "RecordingProxy", "fuzz", "generated_frames", "mutate"]
 
@@ -193,4 +200,97 @@ async def fuzz(port: int, frames: list[bytes], *, parallel: int = 64, deadline_s
             await limiter.acquire()  # do not open every connection at once
             limiter.release()
             nursery.start_soon(run, frame)
+    return report
+
+
+log = logging.getLogger("fuzz")
+
+FUZZ_CONFIG = dict(
+    request_timeout_ms=3000, max_partitions_per_topic=64, max_partitions=2000,
+    group_min_session_timeout_ms=100, group_max_session_timeout_ms=3000, group_initial_rebalance_delay_ms=0,
+)
+
+
+def _real_clients(bootstrap: str) -> None:
+    """What the suites' clients send: admin calls, a producer per codec, a consumer group."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("fuzzed", num_partitions=3, replication_factor=1)])["fuzzed"].result(10)
+    admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "fuzzed")])
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5,
+                             "enable.idempotence": codec == "zstd"})
+        for i in range(50):
+            producer.produce("fuzzed", key=b"%d" % i, value=b"value-%d" % i)
+        assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-group", "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 3000})
+    consumer.subscribe(["fuzzed"])
+    seen = 0
+    for _ in range(40):
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            seen += 1
+        if seen >= 100:
+            break
+    consumer.commit(asynchronous=False)
+    consumer.close()
+
+
+async def _round_trip(port: int) -> None:
+    client = await Client.connect(port)
+    try:
+        with trio.fail_after(10):
+            body = await client.call(0, 9, produce("healthy", build_batch([(None, b"ok")])))
+            answer = body.responses[0].partition_responses[0]
+            assert answer.error_code == ErrorCode.none
+            body = await client.call(1, 12, fetch("healthy", answer.base_offset, 100), correlation_id=2)
+            assert b"ok" in body.responses[0].partitions[0].records
+    finally:
+        await client.stream.aclose()
+
+
+def _produce_and_consume_with_confluent(bootstrap: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.produce("after-fuzz", value=b"still-here")
+    assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "after", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("after-fuzz", 0, 0)])
+    try:
+        for _ in range(20):
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                assert message.value() == b"still-here"
+                return
+        raise AssertionError("the message produced after fuzzing was not read back")
+    finally:
+        consumer.close()
+
+
+async def run_campaign(nursery, mutations: int, generated: int, seed: int, batch: int = 250) -> FuzzReport:
+    shutdown = trio.Event()
+    proxy = RecordingProxy()
+    await nursery.start(proxy.run)
+    # Clients follow Metadata to the advertised address: advertise the proxy so it sees everything.
+    running = await nursery.start(serve, config(advertised_port=proxy.port, **FUZZ_CONFIG), shutdown)
+    proxy.target_port = running.port
+    await trio.to_thread.run_sync(_real_clients, f"127.0.0.1:{proxy.port}")
+    captured = [frame for frame in proxy.frames if frame]
+    assert len(captured) > 50, "the real clients should have sent many requests"
+    rng = random.Random(seed)
+    frames = [mutate(rng.choice(captured), rng) for _ in range(mutations)]
+    frames += generated_frames(generated, seed)
+    rng.shuffle(frames)
+
+    report = FuzzReport()
+    for start in range(0, len(frames), batch):
+        await fuzz(running.port, frames[start:start + batch], report=report)
+        await _round_trip(running.port)  # still serving between batches
+    await trio.to_thread.run_sync(_produce_and_consume_with_confluent, f"127.0.0.1:{running.port}")
+    with trio.fail_after(10):  # every fuzz connection is gone: every byte came back
+        while running.budget.used:
+            await trio.sleep(0.05)
+    errors = running.context.metrics.registry.get_sample_value
+    report.unexpected = int(sum(errors("kafscale_request_errors_total", {"api": key.name}) or 0 for key in ApiKey))
+    log.warning("fuzz: %s", report.line())
+    shutdown.set()
     return report
