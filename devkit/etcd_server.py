@@ -31,7 +31,7 @@ def etcd_binary() -> str:
 class EtcdServer:
     """One etcd member; alone by default, or one of a cluster (see :func:`etcd_cluster`).
     With ``ca``, clients must connect over TLS with a certificate that CA issued
-    (``client_cert`` is one, without a CommonName: see gateway/cluster/etcd.py)."""
+    (``client_cert`` is one, without a CommonName: see gateway/etcd.py)."""
 
     def __init__(self, work_dir: Path, name: str = "test", *, ca: CertificateAuthority | None = None,
                  auth_token_ttl_s: int = 300) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.storage_backends import StorageError
 
-from .cluster.etcd import EtcdError, EtcdUnavailable
+from .etcd import EtcdError, EtcdUnavailable
 
 __all__ = ["FAILURES", "code_of"]
 

@@ -20,7 +20,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import topics_key
 from kafscale.storage_backends import ObjectNotFound
 
-from .cluster.etcd import Compare, EtcdClient, KeyValue, put_op, range_op
+from .etcd import Compare, EtcdClient, KeyValue, put_op, range_op
 from .storage import AsyncStore
 
 __all__ = ["TopicInfo", "MetadataStore", "EmbeddedMetadataStore", "EtcdMetadataStore", "MetadataUnreadable", "cluster_root"]

@@ -26,12 +26,12 @@ from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
 from .clock import Clock
 from .cluster.catalog_mirror import mirror_catalog
-from .cluster.etcd import EtcdClient, EtcdError, tls_context
 from .cluster.membership import ClusterMember, ClusterStartError
 from .cluster.node_lease import NodeIdTaken, NodeLease, held_node
 from .cluster.rebalance import Rebalancer
 from .config import GatewayConfig
 from .context import GatewayContext
+from .etcd import EtcdClient, EtcdError, tls_context
 from .groups import EmbeddedGroupStore, GroupCoordinator
 from .groups.coordinator import GroupSettings
 from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic

@@ -145,7 +145,7 @@ def test_the_graph_sees_a_cycle_hidden_behind_type_checking(tmp_path, monkeypatc
 # Leaves: modules the rest of the gateway builds on, which import nothing of it above them.
 LEAVES = {
     "kafscale.gateway.ownership": set(),
-    "kafscale.gateway.cluster.etcd": set(),
+    "kafscale.gateway.etcd": set(),
     "kafscale.gateway.config": set(),
     "kafscale.gateway.storage": set(),
     "kafscale.gateway.log.damage": set(),

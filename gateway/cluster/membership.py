@@ -29,10 +29,10 @@ import logging
 import trio
 
 from ..config import GatewayConfig
+from ..etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
 from ..groups.store import slot_of
 from ..metadata import EtcdMetadataStore
 from ..ownership import GROUP_UNIT, Broker, Mode, group_unit
-from .etcd import Compare, EtcdClient, EtcdError, delete_op, put_op, range_op
 from .node_lease import NodeLease
 from .view import ClusterView, FollowedPart, Owner
 

@@ -23,8 +23,8 @@ from typing import Literal
 
 import trio
 
+from ..etcd import Compare, EtcdClient, EtcdError, put_op, range_op
 from ..ownership import Broker, Endpoint
-from .etcd import Compare, EtcdClient, EtcdError, put_op, range_op
 
 __all__ = ["NodeLease", "NodeIdTaken", "held_node", "LEASE_SAFETY_S"]
 

@@ -18,11 +18,11 @@ import trio
 
 from kafscale.protocol.errors import KafkaError
 
+from ..etcd import EtcdError
 from ..groups import GroupCoordinator
 from ..log import LogManager
 from ..metadata import TopicInfo
 from ..ownership import GROUP_UNIT
-from .etcd import EtcdError
 from .membership import ClusterMember
 from .placement import Placement
 from .view import Owner

@@ -16,9 +16,9 @@ from typing import Protocol
 
 import trio
 
+from ..etcd import EtcdClient, EtcdError, KeyValue
 from ..metadata import EtcdMetadataStore
 from ..ownership import Broker
-from .etcd import EtcdClient, EtcdError, KeyValue
 
 
 class FollowedPart(Protocol):

@@ -19,7 +19,7 @@ import trio
 
 from kafscale.protocol.layout import id_object_name, id_of_object_name, meta_prefix
 
-from ..cluster.etcd import REWATCH_S, EtcdClient, EtcdError, KeyValue
+from ..etcd import REWATCH_S, EtcdClient, EtcdError, KeyValue
 from ..storage import AsyncStore
 
 __all__ = ["GroupStore", "EmbeddedGroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of", "EtcdGroupStore"]

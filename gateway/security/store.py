@@ -23,7 +23,7 @@ import trio
 from kafscale.protocol.layout import security_key
 from kafscale.storage_backends import ObjectNotFound
 
-from ..cluster.etcd import Compare, EtcdClient, KeyValue, delete_op, put_op
+from ..etcd import Compare, EtcdClient, KeyValue, delete_op, put_op
 from ..metadata import MetadataUnreadable
 from ..storage import AsyncStore
 from .acl import AclBinding

@@ -22,7 +22,7 @@ from kafscale.protocol.layout import DIGEST_NAME_PREFIX, id_object_name, id_of_o
 from kafscale.protocol.transactions import Transaction
 from kafscale.storage_backends import ObjectChanged, ObjectExists, ObjectNotFound
 
-from ..cluster.etcd import REWATCH_S, Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op
+from ..etcd import REWATCH_S, Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op
 from ..storage import AsyncStore
 
 __all__ = ["StoredTransaction", "TransactionStore", "TransactionChanged", "EmbeddedTransactionStore",

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer
 
 from devkit.certs import CertificateAuthority
 from devkit.etcd_server import EtcdServer
-from kafscale.gateway.cluster.etcd import EtcdAuthFailed, EtcdClient, EtcdError, EtcdUnavailable, tls_context
+from kafscale.gateway.etcd import EtcdAuthFailed, EtcdClient, EtcdError, EtcdUnavailable, tls_context
 from tests.cluster.conftest import LEASE_MS, wait_until
 from tests.support.gateway_process import GatewayProcess, free_port
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import trio
 
-from kafscale.gateway.cluster.etcd import EtcdClient
 from kafscale.gateway.cluster.node_lease import NodeIdTaken, NodeLease
+from kafscale.gateway.etcd import EtcdClient
 
 ROOT = "/kafscale/test/"
 

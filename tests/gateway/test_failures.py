@@ -2,7 +2,7 @@
 
 import pytest
 
-from kafscale.gateway.cluster.etcd import EtcdAuthFailed, EtcdError, EtcdUnavailable
+from kafscale.gateway.etcd import EtcdAuthFailed, EtcdError, EtcdUnavailable
 from kafscale.gateway.failures import FAILURES, code_of
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.storage_backends import StorageError

@@ -4,7 +4,7 @@ import pytest
 import trio
 
 from devkit.etcd_server import EtcdServer
-from kafscale.gateway.cluster.etcd import EtcdClient
+from kafscale.gateway.etcd import EtcdClient
 from kafscale.gateway.metadata import EmbeddedMetadataStore, EtcdMetadataStore
 from kafscale.gateway.storage import AsyncStore
 from kafscale.protocol.errors import ErrorCode, KafkaError

@@ -5,7 +5,7 @@ import pytest
 import trio
 
 from devkit.etcd_server import EtcdServer
-from kafscale.gateway.cluster.etcd import EtcdClient
+from kafscale.gateway.etcd import EtcdClient
 from kafscale.gateway.storage import AsyncStore
 from kafscale.gateway.transactions.store import ABSENT, EmbeddedTransactionStore, EtcdTransactionStore, TransactionChanged
 from kafscale.protocol.transactions import Transaction, TxnState
