@@ -180,59 +180,15 @@ class Connection:
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
         wire = KafkaWire(self.session, config.limits.max_frame_bytes, config.limits.sasl_max_receive_bytes)
-        stall = config.limits.connection_stall_ms / 1000
-        reserved = 0  # budget taken for the frame being assembled
-        request_deadline: float | None = None  # when the started request must be complete
         while True:
-            authenticated = self.session.authenticated
-            account = self.account if authenticated else self.unauthenticated_account
-            frame = wire.next_frame()
-            if isinstance(frame, Violation):
-                self._violation(frame.reason)
+            assembled = await self._assemble(wire)
+            if assembled is None:
+                return  # the client closed the connection
+            if isinstance(assembled, Violation):
+                self._violation(assembled.reason)
                 return
-            if frame is None:
-                # Reserve the whole frame before buffering its body: unfinished frames count
-                # too, and a connection waiting for memory holds none (partial reservations
-                # would let waiting connections hold all of it, none able to finish). Before
-                # authentication only once the body starts arriving: an announced size alone
-                # costs nothing. Time spent waiting for memory is ours, not the client's.
-                if wire.pending_size is not None and not reserved and (authenticated or wire.buffered):
-                    reserved = await account.acquire(wire.pending_size)
-                    request_deadline = None
-                if request_deadline is None and (wire.buffered or wire.pending_size is not None):
-                    request_deadline = trio.current_time() + stall
-                if self._socket is not None:
-                    # A large body whose memory is held is received straight into the frame:
-                    # one copy and one receive for what would be many chunks through a buffer.
-                    # Anything else through the receive buffer all connections share.
-                    body = wire.body_view() if reserved >= _DIRECT_MIN else None
-                    count = await self._receive_into(self._receive_buffer if body is None else body,
-                                                     request_deadline)
-                    if not count:
-                        return
-                    self._ack_now()
-                    if body is None:
-                        wire.receive_data(self._receive_buffer[:count])
-                    else:
-                        wire.received_into(count)
-                    # A client that always has more to send still lets the other tasks run: each
-                    # request is queued for the writer (a checkpoint), and each MiB read yields.
-                    self._unyielded += count
-                    if self._unyielded >= _YIELD_BYTES:
-                        self._unyielded = 0
-                        await trio.lowlevel.checkpoint()
-                    continue
-                data = await self._receive(request_deadline)
-                if not data:
-                    return
-                self._ack_now()
-                wire.receive_data(data)
-                continue
-            request_deadline = None
-            if not reserved:
-                reserved = await account.acquire(len(frame))
-            slot = _Slot(RequestMemory(account, reserved))
-            reserved = 0
+            frame, memory = assembled
+            slot = _Slot(memory)
             event = wire.event_for(frame, trio.current_time())
             del frame
             if isinstance(event, Violation):
@@ -266,6 +222,59 @@ class Connection:
             await self._queue(send_slots, slot)
             if self.session.closing:
                 return  # answered (authentication failed); read nothing more
+
+    async def _assemble(self, wire: KafkaWire) -> tuple[bytearray, RequestMemory] | Violation | None:
+        """The next complete frame and the memory held for it; a violation (too large, a
+        negative size); ``None`` once the client closed the connection. A frame started must
+        be complete within ``connection_stall_ms``."""
+        authenticated = self.session.authenticated  # a login changes it between frames only
+        account = self.account if authenticated else self.unauthenticated_account
+        stall = self.ctx.config.limits.connection_stall_ms / 1000
+        reserved = 0  # budget taken for this frame
+        request_deadline: float | None = None  # when the started frame must be complete
+        while True:
+            frame = wire.next_frame()
+            if isinstance(frame, Violation):
+                return frame
+            if frame is not None:
+                if not reserved:
+                    reserved = await account.acquire(len(frame))
+                return frame, RequestMemory(account, reserved)
+            # Reserve the whole frame before buffering its body: unfinished frames count
+            # too, and a connection waiting for memory holds none (partial reservations
+            # would let waiting connections hold all of it, none able to finish). Before
+            # authentication only once the body starts arriving: an announced size alone
+            # costs nothing. Time spent waiting for memory is ours, not the client's.
+            if wire.pending_size is not None and not reserved and (authenticated or wire.buffered):
+                reserved = await account.acquire(wire.pending_size)
+                request_deadline = None
+            if request_deadline is None and (wire.buffered or wire.pending_size is not None):
+                request_deadline = trio.current_time() + stall
+            if self._socket is None:
+                data = await self._receive(request_deadline)
+                if not data:
+                    return None
+                self._ack_now()
+                wire.receive_data(data)
+                continue
+            # A large body whose memory is held is received straight into the frame: one copy
+            # and one receive for what would be many chunks through a buffer. Anything else
+            # through the receive buffer all connections share.
+            body = wire.body_view() if reserved >= _DIRECT_MIN else None
+            count = await self._receive_into(self._receive_buffer if body is None else body, request_deadline)
+            if not count:
+                return None
+            self._ack_now()
+            if body is None:
+                wire.receive_data(self._receive_buffer[:count])
+            else:
+                wire.received_into(count)
+            # A client that always has more to send still lets the other tasks run: each
+            # request is queued for the writer (a checkpoint), and each MiB read yields.
+            self._unyielded += count
+            if self._unyielded >= _YIELD_BYTES:
+                self._unyielded = 0
+                await trio.lowlevel.checkpoint()
 
     async def _raw_token(self, token: bytes, slot: _Slot, send_slots) -> None:
         """A SASL token after SaslHandshake v0: answered with the bare server token; a
