@@ -226,7 +226,7 @@ def test_the_face_check_sees_an_import_of_an_inner_module():
 
 # A partition log's parts, which only the log engine reads and changes: its transaction book,
 # its maintenance lock, the stored pieces it is made of.
-LOG_PARTS = {"book", "maintenance", "pieces", "redundant", "segment_max_timestamps", "uncompacted_since"}
+LOG_PARTS = {"book", "_maintenance", "pieces", "redundant", "segment_max_timestamps", "uncompacted_since"}
 
 
 def _reaches_into_log_parts(source: str, path: str) -> list[str]:

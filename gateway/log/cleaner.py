@@ -5,7 +5,7 @@ compaction (:mod:`compaction`), which turns shared log objects into segments. Th
 cleaner works on segments only: records still in log objects are the open head of
 the log, as Kafka's active segment is, and wait for compaction.
 
-A pass over one partition (its owner, under the partition's maintenance lock):
+A pass over one partition (its owner, one of the partition log's maintenance steps):
 
 1. **Map.** The dirty segments (from :class:`Progress` ``cleaned_end``) are read in offset order and
    each keyed record's offset goes into a :class:`KeyMap` of at most
@@ -210,7 +210,7 @@ async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPo
                 stats: CleanerStats, now_ms: int | None = None) -> int:
     """One cleaning pass over a partition; returns the segments rewritten."""
     now_ms = partition_log.clock.now_ms() if now_ms is None else now_ms
-    async with partition_log.maintenance:
+    async def step() -> int:
         started = time.monotonic()
         if not progress.checkpoint_read:
             progress.restored(await _read_checkpoint(partition_log), partition_log)
@@ -244,6 +244,8 @@ async def clean(partition_log: PartitionLog, progress: Progress, policy: TopicPo
         stats.segments_rewritten += rewritten
         stats.seconds += time.monotonic() - started
         return rewritten
+
+    return await partition_log.maintain(step)
 
 
 def _checkpoint_key(partition_log: PartitionLog) -> str:

@@ -68,7 +68,7 @@ def due(partition_log: PartitionLog, now: float) -> bool:
 async def compact(partition_log: PartitionLog) -> int:
     """Write the partition's oldest entries (up to segment.bytes) as one segment; returns
     the number of offsets compacted (0 if nothing was due or the partition moved)."""
-    async with partition_log.maintenance:
+    async def step() -> int:
         start = partition_log.compacted_end
         chosen: list[Piece] = []
         size = 0
@@ -138,6 +138,8 @@ async def compact(partition_log: PartitionLog) -> int:
         log.debug("compacted %s-%d offsets %d..%d into %s", partition_log.topic, partition_log.partition,
                   segment.base_offset, last, key)
         return last + 1 - segment.base_offset
+
+    return await partition_log.maintain(step)
 
 
 class ServedLogs(Protocol):

@@ -99,7 +99,7 @@ def merge_run(pieces: list[Piece], log_start: int, segment_bytes: int) -> list[P
 
 async def merge(partition_log: PartitionLog) -> int:
     """Merge the partition's first run of small segments; returns how many were merged."""
-    async with partition_log.maintenance:
+    async def step() -> int:
         settings = partition_log.settings
         run = merge_run(partition_log.compacted_pieces(), partition_log.log_start_offset, settings.segment_bytes)
         if run is None or not partition_log.writable() or partition_log.fenced:
@@ -162,11 +162,13 @@ async def merge(partition_log: PartitionLog) -> int:
                  segment.base_offset, segment.last_offset, len(merged), first.key)
         return len(run)
 
+    return await partition_log.maintain(step)
+
 
 async def delete_redundant(partition_log: PartitionLog) -> int:
     """Delete segments found contained in another when the partition was loaded (a merge
     killed before its deletes, or a late copy): safe, the containing one stays."""
-    async with partition_log.maintenance:
+    async def step() -> int:
         doomed = partition_log.take_redundant()
         settings = partition_log.settings
         for segment in doomed:
@@ -175,3 +177,7 @@ async def delete_redundant(partition_log: PartitionLog) -> int:
                                                        partition_log.partition, segment.base_offset))
             log.info("deleted %s: its offsets are in an earlier segment", segment.key)
         return len(doomed)
+
+    return await partition_log.maintain(step)
+
+

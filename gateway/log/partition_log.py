@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import trio
 
@@ -63,6 +63,8 @@ class Flusher(Protocol):
         """``size`` more bytes of ``partition_log`` wait for a flush (``urgent``: flush now)."""
 
 __all__ = ["AppendedEntry", "PartitionLog", "FlushTicket", "LogSettings", "Pending"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("kafscale.log")
 
@@ -214,7 +216,7 @@ class PartitionLog:
         self._indexes: dict[str, SegmentIndex | None] = {}  # of large segments read in windows
         # Segments contained in another (a merge killed before it deleted them): the owner deletes them.
         self.redundant: list[StoredSegment] = []
-        self.maintenance = trio.Lock()  # compaction and retention take turns
+        self._maintenance = trio.Lock()  # maintenance steps take turns: see maintain()
         # The transaction book: read and changed inside the log engine only; the request layer
         # asks the questions below.
         self.book = TransactionBook(store, transaction_state_key(settings.namespace, topic, partition), self)
@@ -370,7 +372,13 @@ class PartitionLog:
             current = {piece.cache_key for piece in pieces}
             self._indexes = {key: index for key, index in self._indexes.items() if key in current}
 
-    # -- maintenance results, applied by the log (callers hold ``maintenance``) --------------
+    async def maintain(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run one maintenance step on this log (compaction, merging, cleaning, retention): one
+        at a time, each seeing the pieces the one before it left."""
+        async with self._maintenance:
+            return await step()
+
+    # -- maintenance results, applied by the log (inside a step of maintain()) ---------------
 
     def compacted_into(self, segment: Piece, max_timestamp: int | None) -> None:
         """Compaction wrote ``segment``: it replaces the entries up to its last offset."""

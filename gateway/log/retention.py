@@ -11,16 +11,18 @@ __all__ = ["enforce_retention", "delete_before_log_start"]
 
 
 async def delete_before_log_start(partition_log: PartitionLog) -> int:
-    async with partition_log.maintenance:
+    async def step() -> int:
         doomed = [p for p in partition_log.pieces[:-1] if p.last_offset < partition_log.log_start_offset]
         await partition_log.delete_pieces(doomed)
-    return len(doomed)
+        return len(doomed)
+
+    return await partition_log.maintain(step)
 
 
 async def enforce_retention(partition_log: PartitionLog, retention_ms: int, retention_bytes: int, now_ms: int) -> int:
     """Delete the oldest pieces past retention.ms (by their newest timestamp) or that keep
     the partition above retention.bytes; returns how many went."""
-    async with partition_log.maintenance:
+    async def step() -> int:
         doomed = []
         candidates = partition_log.pieces[:-1]
         if retention_ms >= 0:
@@ -36,4 +38,8 @@ async def enforce_retention(partition_log: PartitionLog, retention_ms: int, rete
                 doomed.append(piece)
                 size -= piece.size
         await partition_log.delete_pieces(doomed)
-    return len(doomed)
+        return len(doomed)
+
+    return await partition_log.maintain(step)
+
+
