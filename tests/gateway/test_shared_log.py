@@ -1,14 +1,13 @@
 """The shared log under trio over real backends (memory and local files): one log object per
 flush for every partition, seals, writes in doubt, compaction and the janitor, recovery."""
 
-import time
 import types
 from dataclasses import replace
 
 import pytest
 import trio
 
-from kafscale.gateway.clock import Clock
+from kafscale.gateway.clock import Clock, ManualClock
 from kafscale.gateway.config import GatewayConfig
 from kafscale.gateway.log.cache import ByteLRU
 from kafscale.gateway.log.compaction import Compactor, compact
@@ -54,10 +53,11 @@ CLOCK = Clock()
 class Node:
     """One gateway run's log machinery: its log objects, writer and partition logs."""
 
-    def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True, fill_wait_ms=0):
+    def __init__(self, store, node_id=0, linger_ms=5, settings=SETTINGS, alone=True, fill_wait_ms=0, clock=CLOCK):
         self.store = store
+        self.clock = clock
         machinery = shared_log(store, "ns", node_id, linger_ms, 1 << 20, mode=Mode.EMBEDDED if alone else Mode.CLUSTER,
-                               clock=CLOCK, live_nodes=lambda: {0, 1}, fill_wait_ms=fill_wait_ms)  # as the log manager wires it
+                               clock=clock, live_nodes=lambda: {0, 1}, fill_wait_ms=fill_wait_ms)  # as the log manager wires it
         self.damage, self.objects = machinery.damage, machinery.objects
         self.writer, self.fencer = machinery.writer, machinery.fencer
         self.settings = settings
@@ -83,7 +83,7 @@ class Node:
         unit = (topic, partition)
         cache = ByteLRU(1 << 20) if cache is None else cache
         log = PartitionLog(topic, partition, self.store, self.settings, cache, self.writer,
-                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit], damage=self.damage, clock=CLOCK)
+                           epoch=self.epochs[unit], owned_epoch=lambda: self.epochs[unit], damage=self.damage, clock=self.clock)
         if fence:
             await self.fencer.fence((topic, partition))
         await recover(log, self.objects)
@@ -329,7 +329,7 @@ class _Manager:
         self.config = GatewayConfig.of(node_id=node_id, namespace="ns", storage="memory://")
         self.objects, self.writer, self.store, self.damage = node.objects, node.writer, store, node.damage
         self.ownership = SoleGateway(node_id, "127.0.0.1", 9092)
-        self.clock = CLOCK
+        self.clock = node.clock
         self._logs = logs
 
     def loaded(self):
@@ -615,12 +615,10 @@ async def test_the_janitor_never_deletes_a_seal_ahead_of_its_writer(store, nurse
     assert info.value.code == ErrorCode.not_leader_or_follower
 
 
-async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(monkeypatch, nursery):
+async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(nursery):
     """Issue 20 item 1: the seal of a dead writer is never deleted, whatever the janitor's
     clock says, so a PUT held in the network past everything still finds its slot taken."""
     import threading
-
-    from kafscale.gateway.log import compaction
 
     backend = DelayedPuts()
     store = AsyncStore(backend, 4)
@@ -632,17 +630,18 @@ async def test_a_sealed_writer_stays_dead_however_late_its_put_lands(monkeypatch
     backend.hold, backend.held, backend.release = sealed_writer, threading.Event(), threading.Event()
     _, late = a0.append(*_record_set(start=50))
     await trio.to_thread.run_sync(backend.held.wait)  # a's PUT for its next slot hangs
-    b = await Node(store, node_id=0).start(nursery)  # a newer run of the node seals a whole
-    b0 = await b.open(0)
-    assert await compact(b0) == 3
-    future = time.time() + 10 * 365 * 86400  # the janitor's clock: ten years later
-    monkeypatch.setattr(compaction.time, "time", lambda: future)
-    janitor = Compactor(_Manager(store, b, [b0]), MaintenanceFailures())
-    for _ in range(3):  # deletes a's settled objects, and would delete the seal next
-        await b.objects.refresh()
-        await janitor.collect()
-    monkeypatch.undo()
-    backend.release.set()
+    clock = ManualClock(CLOCK.now_ms())
+    try:
+        b = await Node(store, node_id=0, clock=clock).start(nursery)  # a newer run of the node seals a whole
+        b0 = await b.open(0)
+        assert await compact(b0) == 3
+        clock.advance(10 * 365 * 86400 * 1000)  # the janitor's clock: ten years later
+        janitor = Compactor(_Manager(store, b, [b0]), MaintenanceFailures())
+        for _ in range(3):  # deletes a's settled objects, and would delete the seal next
+            await b.objects.refresh()
+            await janitor.collect()
+    finally:
+        backend.release.set()  # a failure above must not leave the writer's thread held for good
     with pytest.raises(KafkaError) as info:
         await late.wait()
     assert info.value.code == ErrorCode.not_leader_or_follower
