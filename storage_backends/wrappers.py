@@ -5,17 +5,21 @@ passes through one place, where it can be counted, refused or held.
   (operation, key, data) and may raise (an outage, an answer lost), block (a slow or hung
   store) or return, after which the inner store serves the call.
 - :class:`CountingStore` records each call (operation, key, bytes moved).
+- :class:`LatencyStore` makes each call take at least the time its *latency* says (an
+  object store's round trip on a memory backend), in a worker thread as a remote store's
+  would.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from .base import ObjectData, ObjectInfo, ObjectStore, ObjectStream
 
-__all__ = ["Call", "Served", "PassThrough", "FaultyStore", "CountingStore"]
+__all__ = ["Call", "Served", "PassThrough", "FaultyStore", "CountingStore", "LatencyStore"]
 
 T = TypeVar("T")
 
@@ -133,3 +137,16 @@ class CountingStore(PassThrough):
 
     def bytes_read(self) -> int:
         return sum(s.size for s in self.served if s.call.operation.startswith("get"))
+
+
+class LatencyStore(PassThrough):
+    """Each call waits ``latency(call)`` seconds before the inner store serves it. It waits for
+    I/O (so the gateway calls it from worker threads): a slow store never holds the event loop."""
+
+    def __init__(self, inner: ObjectStore, latency: Callable[[Call], float]) -> None:
+        super().__init__(inner)
+        self.latency = latency
+        self.waits_for_io = True
+
+    def _before(self, call: Call) -> None:
+        time.sleep(self.latency(call))

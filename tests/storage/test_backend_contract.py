@@ -14,11 +14,11 @@ from kafscale.storage_backends import (
     Pieces,
     open_store,
 )
-from kafscale.storage_backends.wrappers import Call, CountingStore, FaultyStore
+from kafscale.storage_backends.wrappers import Call, CountingStore, FaultyStore, LatencyStore
 
 
 @pytest.fixture(params=["memory", "local", "local-nofsync", "s3-moto", "s3-seaweedfs", "counting-local",
-                        "faulty-memory"])
+                        "faulty-memory", "slow-memory"])
 def store(request, tmp_path) -> ObjectStore:
     if request.param == "memory":
         return MemoryBackend()
@@ -27,6 +27,8 @@ def store(request, tmp_path) -> ObjectStore:
         return CountingStore(LocalBackend(tmp_path / "data"))
     if request.param == "faulty-memory":
         return FaultyStore(MemoryBackend(), plan=lambda call: None)
+    if request.param == "slow-memory":
+        return LatencyStore(MemoryBackend(), latency=lambda call: 0.001)
     if request.param == "s3-moto":
         server = request.getfixturevalue("moto_server")
         return open_store(f"s3://{server.create_bucket()}/some/prefix", s3=server.options())
@@ -294,3 +296,31 @@ def test_the_seams_count_and_refuse_calls_before_the_store_sees_them():
     with pytest.raises(ObjectExists):
         faulty.put_if_absent("ns/c", b"x")
     assert inner.head("ns/c") is None and refused == [Call("put_if_absent", "ns/c", b"x")]
+
+
+async def test_a_slow_store_holds_a_worker_thread_not_the_event_loop():
+    """LatencyStore: 50 ms per PUT, called as the gateway calls a store; meanwhile the event
+    loop keeps running other tasks."""
+    import trio
+
+    from kafscale.gateway.storage import AsyncStore
+
+    slow = LatencyStore(MemoryBackend(), latency=lambda call: 0.05 if call.operation == "put" else 0.0)
+    store = AsyncStore(slow, 4)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0.005)
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        started = trio.current_time()
+        await store.put("k", b"v")
+        took = trio.current_time() - started
+        nursery.cancel_scope.cancel()
+    assert took >= 0.05
+    assert ticks >= 3  # the loop ran other tasks while the PUT waited
+    assert await store.get("k") == b"v"
