@@ -1,8 +1,8 @@
 """Who a connection is and what it may do: the gateway's authenticator and authorizer.
 
 :class:`~.session.Session` is one connection's state (listener, principal, SASL progress),
-changed here by the login's events. :class:`Access` is the gateway's: the credential and ACL store, the SASL mechanisms,
-the ACL decisions, each for the session it is given. Handlers get a
+changed here by the login's events. :class:`Access` is the gateway's: the credential and
+ACL store, the SASL mechanisms, the ACL decisions, each for the session it is given. Handlers get a
 :class:`ClientAccess`, bound to their request's session (``RequestContext.access``):
 there is no ambient session to fall back on, and a decision asked without one refuses.
 """

@@ -112,8 +112,9 @@ class Session:
 
     def exchange_started(self, exchange: ScramExchange) -> None:
         if not self.exchanging:
+            was = self.state
             self.fail()
-            raise IllegalTransition(f"a SASL exchange while {self.state.value}")
+            raise IllegalTransition(f"a SASL exchange while {was.value}")
         self.exchange = exchange
 
     def authenticated_as(self, principal: str, expires_at: float | None) -> None:
