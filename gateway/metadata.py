@@ -2,8 +2,9 @@
 
 :class:`MetadataStore` is the interface; :class:`EmbeddedMetadataStore` keeps the
 document as one JSON object in the object store itself (``{namespace}/~meta/``),
-so a single gateway needs nothing but its storage. The etcd implementation of
-the cluster issue lives behind the same interface.
+so a single gateway needs nothing but its storage; :class:`EtcdMetadataStore` keeps one
+etcd key per topic (``{prefix}/{cluster_id}/topics/{name}``) and the producer-id block,
+every change a compare-and-swap on the key's mod revision, for gateways of a cluster.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Durable group state: committed offsets and the generation, one JSON object per group.
 
-Objects live under ``{namespace}/~meta/groups/`` named by the hex of the group id
-(group ids may hold any character). Members are not persisted: after a restart
-their heartbeats get UNKNOWN_MEMBER_ID and they rejoin, as after a coordinator
-move in Kafka.
+Alone (:class:`EmbeddedGroupStore`), objects live under ``{namespace}/~meta/groups/``
+named by the hex of the group id, or a digest of a long one (group ids may hold any
+character); in a cluster (:class:`EtcdGroupStore`), one etcd key per group under its
+coordinator slot. Members are not persisted: after a restart their heartbeats get
+UNKNOWN_MEMBER_ID and they rejoin, as after a coordinator move in Kafka.
 """
 
 from __future__ import annotations
