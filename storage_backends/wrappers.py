@@ -139,14 +139,9 @@ class CountingStore(PassThrough):
         return sum(s.size for s in self.served if s.call.operation.startswith("get"))
 
 
-class LatencyStore(PassThrough):
-    """Each call waits ``latency(call)`` seconds before the inner store serves it. It waits for
-    I/O (so the gateway calls it from worker threads): a slow store never holds the event loop."""
+class LatencyStore(FaultyStore):
+    """Each call waits ``latency(call)`` seconds before the inner store serves it: a plan that
+    sleeps, in a worker thread (it waits for I/O), so a slow store never holds the event loop."""
 
     def __init__(self, inner: ObjectStore, latency: Callable[[Call], float]) -> None:
-        super().__init__(inner)
-        self.latency = latency
-        self.waits_for_io = True
-
-    def _before(self, call: Call) -> None:
-        time.sleep(self.latency(call))
+        super().__init__(inner, lambda call: time.sleep(latency(call)), waits_for_io=True)
