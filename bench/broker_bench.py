@@ -18,18 +18,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+from devkit.ports import free_port
+
 from . import baseline, report
 
 ROOT = Path(__file__).resolve().parent.parent
 TANSU_VENV = Path(os.environ.get("KAFSCALE_TANSU_VENV", "/tmp/tansu-venv"))
 RUNS = [("100 B", 100, 400_000), ("1 KiB", 1024, 150_000)]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_port(port: int, timeout: float = 30) -> None:
@@ -185,13 +181,13 @@ def run() -> None:
             command, env = baseline.gateway_command(earlier)
             versions.append((f"kafscale {baseline.short(earlier)} (before)", command, env))
         for name, command, env in versions:
-            port, http_port = _free_port(), _free_port()
+            port, http_port = free_port(), free_port()
             brokers.append(Broker(name, [*command, "--port", str(port), "--http-port", str(http_port),
                                          "--storage", str(workdir / name.split()[1] / "data"), "--log-level", "WARNING"],
                                   port, workdir, http_port, env))
         tansu = tansu_binary()
         if tansu is not None:
-            tport = _free_port()
+            tport = free_port()
             url = f"tcp://127.0.0.1:{tport}"
             brokers.append(Broker("tansu 0.6 (memory)", [str(tansu), "broker", "--listener-url", url,
                                                          "--advertised-listener-url", url], tport, workdir))

@@ -18,8 +18,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from devkit.ports import free_port
+
 from . import report
-from .broker_bench import ROOT, Broker, _free_port, _load, tansu_binary
+from .broker_bench import ROOT, Broker, _load, tansu_binary
 
 sys.path.insert(0, str(ROOT))
 from devkit.etcd_server import EtcdServer  # noqa: E402
@@ -67,7 +69,7 @@ class Gateways:
     def __init__(self, workdir: Path, s3, location: str, count: int, etcd: EtcdServer | None) -> None:
         self.brokers = []
         for node in range(count):
-            port, http_port = _free_port(), _free_port()
+            port, http_port = free_port(), free_port()
             command = [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port), "--http-port",
                        str(http_port), "--storage", location, *s3.gateway_args(),
                        "--node-id", str(node), "--log-level", "WARNING"]
@@ -94,7 +96,7 @@ def _tansu(workdir: Path, moto: MotoServer, bucket: str):
     binary = tansu_binary()
     if binary is None:
         return None
-    port = _free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     os.environ.update({"AWS_ENDPOINT": moto.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "test",
                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"})

@@ -17,8 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from devkit.ports import free_port
+
 from . import baseline, report
-from .broker_bench import Broker, _free_port, _load, tansu_binary
+from .broker_bench import Broker, _load, tansu_binary
 
 PRODUCE = [("100 B", 100, 3_000_000), ("1 KiB", 1024, 360_000)]
 PARTITIONS = 12
@@ -254,7 +256,7 @@ def run() -> None:
         for name, command, env in baseline.versions(report.commit()):
             for store in ("filesystem", "memory"):
                 def kafscale(flags: list[str], name=name, command=command, env=env, store=store) -> Broker:
-                    port, http_port = _free_port(), _free_port()
+                    port, http_port = free_port(), free_port()
                     storage = "memory://" if store == "memory" else tempfile.mkdtemp(dir=workdir)
                     return Broker(f"{name} {store}", [*command, "--port", str(port), "--http-port", str(http_port),
                                                       "--storage", storage, "--log-level", "WARNING", *flags],
@@ -263,7 +265,7 @@ def run() -> None:
         tansu = tansu_binary()
         if tansu is not None:
             def peer(_flags: list[str], binary: Path = tansu) -> Broker:
-                port = _free_port()
+                port = free_port()
                 url = f"tcp://127.0.0.1:{port}"
                 return Broker("tansu", [str(binary), "broker", "--listener-url", url, "--advertised-listener-url",
                                         url], port, workdir)

@@ -12,8 +12,10 @@ from pathlib import Path
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit.ports import free_port
+
 from . import report
-from .broker_bench import Broker, _free_port
+from .broker_bench import Broker
 
 
 def _time_to_stable(bootstrap: str, topic: str) -> float:
@@ -38,7 +40,7 @@ def _time_to_stable(bootstrap: str, topic: str) -> float:
 def run() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
+        port = free_port()
         broker = Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port),
                                      "--http-port", "-1", "--storage", str(Path(tmp) / "data"),
                                      "--log-level", "WARNING"], port, Path(tmp))

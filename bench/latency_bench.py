@@ -13,8 +13,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from devkit.ports import free_port
+
 from . import baseline, report
-from .broker_bench import Broker, _free_port, _load
+from .broker_bench import Broker, _load
 
 RUNS = 6
 RATE = 1000
@@ -25,7 +27,7 @@ def _run(name: str, command: list[str], env: dict[str, str] | None, tmp: Path, r
     work = tmp / f"{name}-{run}"
     data = work / "data"
     data.mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     broker = Broker(name, [*command, "--port", str(port), "--http-port", "-1", "--storage", str(data),
                            "--log-level", "WARNING"], port, work, env=env)
     with broker:

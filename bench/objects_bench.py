@@ -19,8 +19,10 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from devkit.ports import free_port
+
 from . import baseline, report
-from .broker_bench import Broker, _free_port, _load
+from .broker_bench import Broker, _load
 
 ROOT = Path(__file__).resolve().parent.parent
 PROXY = ROOT.parent / "shared" / "tools" / "s3_count_proxy.py"
@@ -74,13 +76,13 @@ def counted_s3_gateway(workdir: Path, tag: str, name: str, command: list[str], e
 
     (workdir / f"{tag}-weed").mkdir()
     weed = SeaweedServer(workdir / f"{tag}-weed")
-    proxy_port, counts = _free_port(), workdir / f"{tag}-counts.json"
+    proxy_port, counts = free_port(), workdir / f"{tag}-counts.json"
     proxy = subprocess.Popen([sys.executable, str(PROXY), str(proxy_port), str(weed.port), str(counts)])
     try:
         time.sleep(0.5)
         args = ["--storage", f"s3://kafscale-tests/{tag}", "--s3-endpoint", f"http://127.0.0.1:{proxy_port}",
                 *weed.gateway_args()[2:]]
-        port, http_port = _free_port(), _free_port()
+        port, http_port = free_port(), free_port()
         with Broker(f"{name} s3", [*command, "--port", str(port), "--http-port", str(http_port), *args,
                                    "--log-level", "WARNING"], port, workdir, http_port, env) as broker:
             yield broker, ProxyCounter(counts)
@@ -102,7 +104,7 @@ def on_each_store(workdir: Path, tag: str, name: str, command: list[str], measur
     results: list[tuple[str, object]] = []
     data = workdir / f"{tag}-data"
     data.mkdir()
-    port, http_port = _free_port(), _free_port()
+    port, http_port = free_port(), free_port()
     with Broker(name, [*command, "--port", str(port), "--http-port", str(http_port), "--storage", str(data),
                        "--log-level", "WARNING"], port, workdir, http_port, None) as broker:
         results.append(("filesystem", measure(broker, NotCounted())))
@@ -171,7 +173,7 @@ def run() -> None:
             # Filesystem.
             data = workdir / tag / "data"
             data.mkdir(parents=True)
-            port, http_port = _free_port(), _free_port()
+            port, http_port = free_port(), free_port()
             counter = FileCounter(data)
             with Broker(name, [*command, "--port", str(port), "--http-port", str(http_port), "--storage", str(data),
                                "--log-level", "WARNING"], port, workdir, http_port, env) as broker:

@@ -12,9 +12,10 @@ import tempfile
 from pathlib import Path
 
 from devkit.certs import CertificateAuthority
+from devkit.ports import free_port
 
 from . import report
-from .broker_bench import Broker, _free_port, _load, tansu_binary
+from .broker_bench import Broker, _load, tansu_binary
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
 RUNS = [("100 B", 100, 600_000), ("1 KiB", 1024, 300_000)]
@@ -75,10 +76,10 @@ def run() -> None:
         workdir = Path(tmp)
         ca = CertificateAuthority(workdir / "ca")
         server = ca.issue("gateway", "localhost", server=True)
-        ports = {protocol: _free_port() for protocol in PROTOCOLS}
+        ports = {protocol: free_port() for protocol in PROTOCOLS}
         command = [sys.executable, "-m", "kafscale.gateway.cli",
                    "--listeners", ",".join(f"{p}://127.0.0.1:{port}" for p, port in ports.items()),
-                   "--http-port", str(_free_port()), "--storage", str(workdir / "data"), "--log-level", "WARNING",
+                   "--http-port", str(free_port()), "--storage", str(workdir / "data"), "--log-level", "WARNING",
                    "--ssl-certfile", str(server.cert), "--ssl-keyfile", str(server.key),
                    "--sasl-bootstrap-user", "bench", "--sasl-enabled-mechanisms", "SCRAM-SHA-512"]
         env = {**os.environ, "KAFSCALE_SASL_BOOTSTRAP_PASSWORD": password}
@@ -101,7 +102,7 @@ def run() -> None:
                 print(" | ".join(rows[-1]))
         tansu = tansu_binary()
         if tansu is not None:
-            port = _free_port()
+            port = free_port()
             url = f"tcp://127.0.0.1:{port}"
             with Broker("tansu 0.6 (memory) PLAINTEXT", [str(tansu), "broker", "--listener-url", url,
                                                        "--advertised-listener-url", url], port, workdir) as peer:

@@ -10,8 +10,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from devkit.ports import free_port
+
 from . import baseline, report
-from .broker_bench import Broker, _free_port, _load
+from .broker_bench import Broker, _load
 
 COUNT = 2_000_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +37,7 @@ def _objects(data: Path) -> str:
 def _measure(name: str, command: list[str], env: dict[str, str] | None, tmp: Path) -> dict:
     data = tmp / name / "data"
     data.mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     broker = Broker(name, [*command, "--port", str(port), "--http-port", "-1", "--storage", str(data),
                            "--log-level", "WARNING", "--compaction-delay-ms", "1000"], port, tmp / name, env=env)
     with broker:

@@ -13,12 +13,13 @@ import trio
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import Records
 
+from devkit.ports import free_port
 from kafscale.protocol import build_batch
 from kafscale.protocol.framing import FrameDecoder, encode_frame
 from kafscale.protocol.messages import RequestHeader, decode_response, encode_request
 
 from . import baseline, report
-from .broker_bench import Broker, _free_port
+from .broker_bench import Broker
 
 WIDTHS = (1, 120)
 REQUESTS = 5_000
@@ -66,7 +67,7 @@ async def _drive(port: int, frame: bytes, count: int) -> None:
 def _measure(command: list[str], env: dict[str, str] | None, tmp: Path, name: str) -> list[dict]:
     data = tmp / name
     data.mkdir()
-    port = _free_port()
+    port = free_port()
     results = []
     with Broker(name, [*command, "--port", str(port), "--http-port", "-1", "--storage", str(data / "data"),
                        "--log-level", "WARNING", "--default-partitions", str(max(WIDTHS))], port, data,

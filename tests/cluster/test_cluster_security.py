@@ -20,8 +20,9 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from devkit.ports import free_port
 from tests.cluster.conftest import LEASE_MS, wait_until
-from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.gateway_process import GatewayProcess
 
 
 def _sasl(port: int, user: str, password: str) -> dict:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from devkit.ports import free_port
 from tests.cluster.conftest import LEASE_MS
-from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.gateway_process import GatewayProcess
 
 
 def _start_failing(gateway: GatewayProcess, timeout: float) -> str:

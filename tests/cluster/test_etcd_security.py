@@ -11,9 +11,10 @@ from confluent_kafka import Consumer, Producer
 
 from devkit.certs import CertificateAuthority
 from devkit.etcd_server import EtcdServer
+from devkit.ports import free_port
 from kafscale.gateway.etcd import EtcdAuthFailed, EtcdClient, EtcdError, EtcdUnavailable, tls_context
 from tests.cluster.conftest import LEASE_MS, wait_until
-from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.gateway_process import GatewayProcess
 
 # Leaving an httpx stream early (a cancelled watch) leaves httpx's and httpcore's inner async
 # generators to trio's finalizer, which closes them but warns; they are theirs, not leaks of ours.

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from devkit.ports import free_port
 from tests.support import containers
-from tests.support.gateway_process import free_port
 
 IMAGE = "localhost/kafscale:test"
 

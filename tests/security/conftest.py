@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from devkit.certs import CertificateAuthority, Issued
-from tests.support.gateway_process import GatewayProcess, free_port
+from devkit.ports import free_port
+from tests.support.gateway_process import GatewayProcess
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 

@@ -140,7 +140,7 @@ def test_segments_merged_after_planning_are_read_from_the_merged_one(data, tmp_p
 
 
 def test_an_unreachable_progress_group_never_fails_or_holds_up_the_query(data):
-    from tests.support.gateway_process import free_port
+    from devkit.ports import free_port
 
     reader = _reader(data, progressGroup="lag", **{"kafka.bootstrap.servers": f"127.0.0.1:{free_port()}"})
     start = reader.initialOffset()
