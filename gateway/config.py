@@ -318,6 +318,14 @@ class GroupsConfig:
     group_max_session_timeout_ms: int = _opt(1_800_000, "longest session timeout a member may ask for", minimum=1)
     group_initial_rebalance_delay_ms: int = _opt(
         3000, "how long a new group waits for more members before its first rebalance", minimum=0)
+    group_consumer_session_timeout_ms: int = _opt(
+        45_000, "consumer-protocol groups (KIP-848): a member silent this long is removed (Kafka's "
+        "group.consumer.session.timeout.ms; a group's consumer.session.timeout.ms overrides it)", minimum=1)
+    group_consumer_heartbeat_interval_ms: int = _opt(
+        5000, "consumer-protocol groups: how often members heartbeat, and so how soon they learn of a new "
+        "assignment (Kafka's group.consumer.heartbeat.interval.ms)", minimum=1)
+    group_consumer_max_size: int = _opt(
+        2**31 - 1, "most members of one consumer-protocol group (more: GROUP_MAX_SIZE_REACHED)", minimum=1)
     transaction_max_timeout_ms: int = _opt(
         900_000, "longest transaction.timeout.ms a transactional producer may ask for (Kafka's "
         "transaction.max.timeout.ms)", minimum=1)

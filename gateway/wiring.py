@@ -33,8 +33,8 @@ from .config import GatewayConfig
 from .context import GatewayContext
 from .etcd import EtcdClient, EtcdError, tls_context
 from .groups import EmbeddedGroupStore, GroupCoordinator
-from .groups.coordinator import GroupSettings
 from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic
+from .groups.settings import GroupSettings
 from .groups.store import EtcdGroupStore
 from .lfs import LfsService
 from .lfs.objects import GatewayHeldObjects, LfsObjects, PresignedObjects
@@ -285,8 +285,12 @@ def _observed() -> tuple[Metrics, MaintenanceFailures]:
 
 
 def _group_settings(config: GatewayConfig) -> GroupSettings:
-    return GroupSettings(config.groups.group_min_session_timeout_ms, config.groups.group_max_session_timeout_ms,
-                         config.groups.group_initial_rebalance_delay_ms)
+    groups = config.groups
+    return GroupSettings(groups.group_min_session_timeout_ms, groups.group_max_session_timeout_ms,
+                         groups.group_initial_rebalance_delay_ms,
+                         consumer_session_timeout_ms=groups.group_consumer_session_timeout_ms,
+                         consumer_heartbeat_interval_ms=groups.group_consumer_heartbeat_interval_ms,
+                         consumer_max_size=groups.group_consumer_max_size)
 
 
 def _gateway(config: GatewayConfig, store: AsyncStore, clock: Clock, metrics: Metrics, failures: MaintenanceFailures,

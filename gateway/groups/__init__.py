@@ -1,7 +1,7 @@
-"""The classic consumer-group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup)
-and committed offsets."""
+"""Consumer groups: the coordinator (classic and consumer protocols) and committed offsets."""
 
-from .coordinator import GroupCoordinator, GroupState
+from .classic import GroupState
+from .coordinator import GroupCoordinator
 from .store import EmbeddedGroupStore
 
 __all__ = ["GroupCoordinator", "GroupState", "EmbeddedGroupStore"]
