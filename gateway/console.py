@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from kafscale import __version__
 
 from .context import GatewayContext
-from .groups.coordinator import GroupState
 
 __all__ = ["Status", "status", "render"]
 
@@ -74,14 +73,13 @@ async def status(ctx: GatewayContext, ready: str) -> Status:
     ends = {(t.name, p.partition): p.log_end for t in topics for p in t.partitions if p.log_end is not None}
     groups = []
     for group in sorted(ctx.groups.groups.values(), key=lambda g: g.group_id):
-        if group.state == GroupState.DEAD:
-            continue
         offsets = []
         for (topic, partition), committed in sorted(group.offsets.items()):
             end = ends.get((topic, partition))
             offsets.append({"topic": topic, "partition": partition, "committed": committed.offset, "log_end": end,
                             "lag": None if end is None else max(0, end - committed.offset)})
-        groups.append({"group": group.group_id, "state": group.state.value, "members": len(group.members),
+        groups.append({"group": group.group_id, "type": group.kind, "state": group.state.value,
+                       "members": len(group.members),
                        "offsets": offsets})
     now_ms = ctx.clock.now_ms()
     transactions = [{"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state.value,

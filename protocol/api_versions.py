@@ -60,6 +60,8 @@ class ApiKey(enum.IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,8 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_ACLS: VersionRange(1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: VersionRange(0, 1),  # KIP-848, the consumer group protocol
+    ApiKey.CONSUMER_GROUP_DESCRIBE: VersionRange(0, 1),
 }
 
 

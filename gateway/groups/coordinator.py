@@ -19,6 +19,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 
 from ..ownership import Mode
 from .classic import ClassicGroup, GroupState, JoinAnswer, JoinRequest, Parked, RebalanceBegan
+from .consumer import ConsumerGroup, Heartbeat, HeartbeatAnswer
 from .offsets_topic import OffsetsLog
 from .settings import GroupSettings
 from .store import CommittedOffset, GroupStore, LoadedGroups, StoredGroup, slot_of
@@ -27,7 +28,7 @@ __all__ = ["GroupCoordinator", "GroupState", "GroupSettings", "Group"]
 
 log = logging.getLogger("kafscale.groups")
 
-Group = ClassicGroup
+Group = ClassicGroup | ConsumerGroup
 
 
 @dataclass(eq=False)
@@ -62,7 +63,8 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self._answers: dict[tuple[str, str, str], _Answer] = {}  # (group, "join"|"sync", member) → waiting
         self._saving: dict[str, _Saving] = {}
-        self._wake = trio.Event()  # set when a group's next deadline may have come closer
+        self._wake = trio.Event()  # set when a group's next deadline comes before _wake_at
+        self._wake_at = 0.0
         # Which groups this gateway coordinates: all of them alone; in a cluster the groups of
         # the coordinator slots (``slots`` of them in the cluster) it adopted.
         self.slots = slots
@@ -87,10 +89,14 @@ class GroupCoordinator:
         self.damaged.update(loaded.damaged)
 
     def _install(self, stored: StoredGroup) -> None:
-        self.groups[stored.group_id] = ClassicGroup(
-            stored.group_id, self.settings, generation=stored.generation, protocol_type=stored.protocol_type,
-            offsets=dict(stored.offsets),
-        )
+        group: Group
+        if stored.kind == ConsumerGroup.kind:  # its members heartbeat again, from epoch 0
+            group = ConsumerGroup(stored.group_id, self.settings, group_epoch=stored.generation,
+                                  assignment_epoch=stored.generation, offsets=dict(stored.offsets))
+        else:
+            group = ClassicGroup(stored.group_id, self.settings, generation=stored.generation,
+                                 protocol_type=stored.protocol_type, offsets=dict(stored.offsets))
+        self.groups[stored.group_id] = group
 
     async def adopt_slot(self, slot: int) -> None:
         """This gateway became the coordinator of ``slot``: load its groups' committed state."""
@@ -135,7 +141,7 @@ class GroupCoordinator:
             while True:
                 # Not sooner than 10 ms after the last ticks: a deadline a tick failed to clear
                 # (a bug) costs a hundred ticks a second, not a core.
-                wake_at = max(_now() + 0.01, min(
+                self._wake_at = wake_at = max(_now() + 0.01, min(
                     (d for g in self.groups.values() if (d := g.next_deadline()) is not None), default=_now() + 1.0))
                 with trio.move_on_at(wake_at):
                     await self._wake.wait()
@@ -161,7 +167,13 @@ class GroupCoordinator:
             if answer is not None:
                 answer.result = effect.result
                 answer.ready.set()
-        self._wake.set()  # its deadlines may have moved
+        self._rearm(group)
+
+    def _rearm(self, group: Group) -> None:
+        """Wakes the timer task if this group's next deadline comes before its next wake-up."""
+        deadline = group.next_deadline()
+        if deadline is not None and deadline < self._wake_at:
+            self._wake.set()
 
     async def _outcome(self, group: Group, kind: str, outcome: dict | Parked) -> dict:
         if not isinstance(outcome, Parked):
@@ -179,11 +191,48 @@ class GroupCoordinator:
         return self.groups.get(group_id)
 
     def _group_or_new(self, group_id: str) -> Group:
-        """The group, created empty if it does not exist."""
+        """The group, created empty (classic) if it does not exist."""
         group = self._group(group_id)
         if group is None:
             group = self.groups[group_id] = ClassicGroup(group_id, self.settings)
         return group
+
+    def _classic(self, group_id: str) -> ClassicGroup | None:
+        """The group for a classic-protocol request. An empty consumer-protocol group becomes a
+        classic one, keeping its offsets; one with members refuses, as Kafka does without
+        online migration."""
+        group = self._group(group_id)
+        if isinstance(group, ConsumerGroup):
+            if group.members:
+                raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                                 f"group {group_id!r} is a consumer-protocol group with members")
+            group = self.groups[group_id] = ClassicGroup(group_id, self.settings, generation=group.group_epoch,
+                                                         offsets=group.offsets)
+        return group
+
+    def _consumer(self, group_id: str) -> ConsumerGroup:
+        """The group for a ConsumerGroupHeartbeat: an empty classic group (or none) becomes a
+        consumer-protocol group, keeping its offsets; one with members refuses."""
+        group = self._group(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group
+        if group is not None and group.members:
+            raise KafkaError(ErrorCode.group_id_not_found,
+                             f"group {group_id!r} is a classic group with members; the consumer protocol joins it "
+                             "once they have left (online migration is not served yet)")
+        consumer = self.groups[group_id] = ConsumerGroup(
+            group_id, self.settings, group_epoch=group.generation if group else 0,
+            assignment_epoch=group.generation if group else 0, offsets=group.offsets if group else {})
+        return consumer
+
+    def consumer_heartbeat(self, group_id: str, beat: Heartbeat, topics: dict[str, int]) -> HeartbeatAnswer:
+        """A ConsumerGroupHeartbeat (KIP-848); ``topics``: the cluster's topics and their partition counts."""
+        if not group_id:
+            raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
+        group = self._consumer(group_id)
+        answer = group.heartbeat(beat, topics, _now())
+        self._rearm(group)
+        return answer
 
     async def join(
         self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -194,7 +243,9 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
-        group = self._group_or_new(group_id)
+        group = self._classic(group_id)
+        if group is None:
+            group = self.groups[group_id] = ClassicGroup(group_id, self.settings)
         request = JoinRequest(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                               rebalance_timeout_ms, protocol_type, protocols, require_known_member_id,
                               supports_skip_assignment)
@@ -203,7 +254,7 @@ class GroupCoordinator:
     async def sync(self, *, group_id: str, member_id: str, generation: int, group_instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None,
                    assignments: dict[str, bytes]) -> dict:
-        group = self._group(group_id)
+        group = self._classic(group_id)
         if group is None:
             raise KafkaError(ErrorCode.unknown_member_id, "unknown group")
         outcome = group.sync(member_id=member_id, generation=generation, group_instance_id=group_instance_id,
@@ -212,14 +263,14 @@ class GroupCoordinator:
         return await self._outcome(group, "sync", outcome)
 
     def heartbeat(self, *, group_id: str, member_id: str, generation: int, group_instance_id: str | None) -> None:
-        group = self._group(group_id)
+        group = self._classic(group_id)
         if group is None:
             raise KafkaError(ErrorCode.unknown_member_id, "unknown group or member")
         group.heartbeat(member_id=member_id, generation=generation, group_instance_id=group_instance_id,
                         now=_now())
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[tuple[str, str | None, ErrorCode]]:
-        group = self._group(group_id)
+        group = self._classic(group_id)
         if group is None:
             return [(member_id, instance_id, ErrorCode.unknown_member_id) for member_id, instance_id in leaving]
         results = group.leave(leaving, _now())
@@ -259,7 +310,7 @@ class GroupCoordinator:
                 return
             writing = saving.changes
             await self._store.save(StoredGroup(group.group_id, group.generation, group.protocol_type,
-                                               dict(group.offsets)))
+                                               dict(group.offsets), kind=group.kind))
             saving.saved = writing
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:

@@ -49,12 +49,18 @@ log = logging.getLogger("kafscale.groups")
 class GroupView(Protocol):
     """What is written of a group: its generation, protocol, members and offsets."""
 
-    group_id: str
-    generation: int
-    protocol_type: str | None
-    protocol_name: str | None
-    leader_id: str | None
-    offsets: dict[tuple[str, int], CommittedOffset]
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def protocol_type(self) -> str | None: ...
+    @property
+    def protocol_name(self) -> str | None: ...
+    @property
+    def leader_id(self) -> str | None: ...
+    @property
+    def offsets(self) -> dict[tuple[str, int], CommittedOffset]: ...
 
     def member_records(self) -> list[GroupMember]: ...
 

@@ -47,6 +47,7 @@ class StoredGroup:
     generation: int = 0
     protocol_type: str | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    kind: str = "classic"  # or "consumer": the protocol its members speak (KIP-848)
 
     def to_json(self) -> bytes:
         topics: dict[str, dict[str, list]] = {}
@@ -56,7 +57,7 @@ class StoredGroup:
             ]
         return json.dumps({
             "group_id": self.group_id, "generation": self.generation,
-            "protocol_type": self.protocol_type, "offsets": topics,
+            "protocol_type": self.protocol_type, "offsets": topics, "kind": self.kind,
         }).encode()
 
     @classmethod
@@ -68,7 +69,7 @@ class StoredGroup:
             for partition, values in partitions.items()
         }
         return cls(document["group_id"], int(document.get("generation", 0)),
-                   document.get("protocol_type"), offsets)
+                   document.get("protocol_type"), offsets, str(document.get("kind", "classic")))
 
 
 @dataclass

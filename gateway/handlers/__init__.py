@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     admin,
     api_versions,
     configs,
+    consumer_groups,
     coordinator,
     fetch,
     group_admin,

@@ -7,7 +7,8 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..groups.coordinator import GroupState
+from ..groups.classic import GroupState
+from ..groups.consumer import ConsumerGroup
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
@@ -35,6 +36,11 @@ async def handle_describe_groups(ctx: RequestContext, request: Request):
             described.append(dict(error_code=ErrorCode.none, group_id=group_id, group_state=GroupState.DEAD.value,
                                   protocol_type="", protocol_data="", members=[]))
             continue
+        if isinstance(group, ConsumerGroup):  # as Kafka: described by ConsumerGroupDescribe
+            described.append(dict(error_code=ErrorCode.group_id_not_found, group_id=group_id, group_state="",
+                                  protocol_type="", protocol_data="", members=[],
+                                  error_message=f"group {group_id!r} is not a classic group"))
+            continue
         stable = group.state == GroupState.STABLE
         members = [
             dict(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
@@ -56,16 +62,13 @@ async def handle_describe_groups(ctx: RequestContext, request: Request):
 @register(ApiKey.LIST_GROUPS, error=lambda request, code: respond(request, dict(error_code=code, groups=[])))
 async def handle_list_groups(ctx: RequestContext, request: Request):
     wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
-    # v5 (KIP-848) filters by group type; every group here is a classic one.
-    types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}
-    if types and "classic" not in types:
-        return respond(request, dict(error_code=ErrorCode.none, groups=[]))
+    types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}  # v5 (KIP-848)
     everything = ctx.access.allowed_cluster(Operation.DESCRIBE, quiet=True)  # else: the groups it may describe
     groups = [
         dict(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-             group_type="classic")
+             group_type=g.kind)
         for g in sorted(ctx.groups.groups.values(), key=lambda g: g.group_id)
-        if g.state != GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
+        if (not wanted or g.state.value.lower() in wanted) and (not types or g.kind in types)
         and (everything or ctx.access.allowed_group(Operation.DESCRIBE, g.group_id, quiet=True))
     ]
     return respond(request, dict(error_code=ErrorCode.none, groups=groups))

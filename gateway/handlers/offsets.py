@@ -9,7 +9,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
-from ..groups.coordinator import GroupState
+from ..groups.consumer import ConsumerGroup
 from ..groups.store import CommittedOffset
 from ..security.acl import Operation
 from .base import register, respond
@@ -152,10 +152,12 @@ async def handle_offset_delete(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.DELETE, body.group_id)
     ctx.groups.check_coordinator(body.group_id)
     group = ctx.groups.groups.get(body.group_id)
-    if group is None or group.state == GroupState.DEAD:
+    if group is None:
         return _delete_error(request, ErrorCode.group_id_not_found)
     subscribed: set[str] = set()
-    if group.protocol_type == "consumer":
+    if isinstance(group, ConsumerGroup):
+        subscribed = set(group.subscribed) if group.members else set()
+    elif group.protocol_type == "consumer":
         for member in group.members.values():
             subscribed |= _subscribed_topics(member.metadata_for(group.protocol_name))
     elif group.members:

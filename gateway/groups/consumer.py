@@ -1,0 +1,397 @@
+"""Kafka's consumer group protocol (KIP-848) as pure transitions: one heartbeat in, its answer out.
+
+The coordinator, not a leader member, assigns. Three epochs carry it:
+
+- the **group epoch** rises whenever what should be assigned changes (a member joins or
+  leaves, a subscription or the subscribed topics' partitions change);
+- the **assignment epoch** is the group epoch the current *target assignment* was computed
+  for (by the group's server-side assignor, :mod:`.assignors`);
+- each **member epoch** is the assignment epoch the member has reconciled to.
+
+A member moves to the target one step per heartbeat, incrementally: partitions it must give
+up are revoked first (it keeps its epoch until its heartbeat shows them released, or its
+rebalance timeout fences it); only then does it advance to the assignment epoch, receiving
+the partitions of its target that no other member still holds. Nobody else stops: no
+stop-the-world rebalance. The member states are Kafka's: stable, unrevoked partitions,
+unreleased partitions.
+
+No I/O and no trio: every event is given ``now`` (seconds on the driver's monotonic clock);
+topics are named here (the handler maps topic ids at the edge).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import re2  # type: ignore[import-untyped]
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.group_records import GroupMember
+
+from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
+from .settings import GroupSettings
+from .store import CommittedOffset
+
+__all__ = ["ConsumerGroup", "ConsumerGroupState", "ConsumerMember", "MemberState", "Heartbeat", "HeartbeatAnswer",
+           "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH"]
+
+log = logging.getLogger("kafscale.groups")
+
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2  # a static member leaves for now and will rejoin with its instance id
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class MemberState(enum.Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"  # waits for the member to release partitions
+    UNRELEASED_PARTITIONS = "unreleased_partitions"  # waits for other members to release its partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A ConsumerGroupHeartbeat with topics named; ``None`` fields did not change."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None  # None: unchanged since the member's last answer
+
+
+@dataclass(eq=False)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    subscribed_names: frozenset[str] = frozenset()
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    epoch: int = 0
+    previous_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)  # what the member may consume now
+    revoking: Assignment = field(default_factory=dict)  # what it must release before it advances
+    session_deadline: float = 0.0
+    revoke_deadline: float | None = None
+    left_static: bool = False  # left with epoch -2: its place is kept for its instance id
+
+    def holds(self) -> set[tuple[str, int]]:
+        return {(t, p) for part in (self.assigned, self.revoking) for t, ps in part.items() for p in ps}
+
+
+def _pairs(assignment: Assignment) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in assignment.items() for p in ps}
+
+
+def _grouped(pairs: set[tuple[str, int]]) -> Assignment:
+    out: dict[str, set[int]] = {}
+    for topic, partition in pairs:
+        out.setdefault(topic, set()).add(partition)
+    return {t: frozenset(ps) for t, ps in out.items()}
+
+
+def compile_regex(pattern: str) -> re2._Regexp:
+    """The subscription's pattern in RE2 syntax (Kafka's RE2/J), matched against whole topic names."""
+    try:
+        return re2.compile(pattern)
+    except re2.error as exc:
+        raise KafkaError(ErrorCode.invalid_regular_expression,
+                         f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+@dataclass(eq=False)
+class ConsumerGroup:
+    group_id: str
+    settings: GroupSettings = field(default_factory=GroupSettings)
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # instance id → member id
+    target: dict[str, Assignment] = field(default_factory=dict)  # member id → its target assignment
+    subscribed: dict[str, int] = field(default_factory=dict)  # topic → partitions, when the target was computed
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    state: ConsumerGroupState = ConsumerGroupState.EMPTY
+
+    kind = "consumer"
+    protocol_type = "consumer"
+    leader_id = None
+
+    # -- what the group is ---------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self.group_epoch
+
+    @property
+    def protocol_name(self) -> str:
+        return self.assignor()
+
+    def assignor(self) -> str:
+        """The group's server-side assignor: the one most members ask for, else the default."""
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            if member.server_assignor:
+                votes[member.server_assignor] = votes.get(member.server_assignor, 0) + 1
+        return max(sorted(votes), key=lambda name: votes[name]) if votes else DEFAULT_ASSIGNOR
+
+    def member_records(self) -> list[GroupMember]:
+        return [GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                            self.settings.consumer_session_timeout_ms, b"", b"") for m in self.members.values()]
+
+    def take_effects(self) -> list:
+        return []  # every answer is immediate: nothing is parked
+
+    def _refresh_state(self) -> None:
+        if not self.members:
+            self.state = ConsumerGroupState.EMPTY
+        elif self.group_epoch > self.assignment_epoch:
+            self.state = ConsumerGroupState.ASSIGNING
+        elif any(m.epoch != self.assignment_epoch or m.state != MemberState.STABLE for m in self.members.values()):
+            self.state = ConsumerGroupState.RECONCILING
+        else:
+            self.state = ConsumerGroupState.STABLE
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def heartbeat(self, beat: Heartbeat, topics: Mapping[str, int], now: float) -> HeartbeatAnswer:
+        """One ConsumerGroupHeartbeat; ``topics`` are the cluster's topics and their partition counts."""
+        if not beat.member_id:
+            raise KafkaError(ErrorCode.invalid_request, "the member id must be set (KIP-1082: the client makes it)")
+        if beat.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(beat, now)
+        if beat.member_epoch == 0:
+            member = self._join(beat, now)
+        else:
+            member = self._known(beat)
+        changed = self._update(member, beat)
+        member.session_deadline = now + self.settings.consumer_session_timeout_ms / 1000
+        if changed:
+            self.group_epoch += 1
+        self._refresh_target(topics)
+        sent = self._reconcile(member, beat.owned, now)
+        self._refresh_state()
+        full = beat.member_epoch == 0 or (beat.owned is not None and _pairs(beat.owned) != _pairs(member.assigned))
+        return HeartbeatAnswer(member.member_id, member.epoch, self.settings.consumer_heartbeat_interval_ms,
+                               member.assigned if sent or full else None)
+
+    def _join(self, beat: Heartbeat, now: float) -> ConsumerMember:
+        if beat.subscribed_topic_names is None and beat.subscribed_topic_regex is None:
+            raise KafkaError(ErrorCode.invalid_request, "a joining member must subscribe to topic names or a regex")
+        if beat.rebalance_timeout_ms < 0:
+            raise KafkaError(ErrorCode.invalid_request, "a joining member must give its rebalance timeout")
+        if beat.server_assignor is not None and beat.server_assignor not in ASSIGNORS:
+            raise KafkaError(ErrorCode.unsupported_assignor,
+                             f"assignor {beat.server_assignor!r} is not one of {sorted(ASSIGNORS)}")
+        old = self.members.get(beat.member_id)
+        if old is not None:  # the same member joining again (after a fence): it starts over
+            self._remove(old)
+        if beat.instance_id is not None and beat.instance_id in self.static:
+            previous = self.members[self.static[beat.instance_id]]
+            if not previous.left_static:
+                raise KafkaError(ErrorCode.unreleased_instance_id,
+                                 f"instance {beat.instance_id} is still held by member {previous.member_id}")
+            # KIP-345 in the new protocol: the static member's new incarnation takes its place,
+            # epoch and assignment; nothing is reassigned.
+            old_id = previous.member_id
+            del self.members[old_id]
+            previous.member_id = beat.member_id
+            previous.left_static = False
+            previous.client_id, previous.client_host = beat.client_id, beat.client_host
+            self.members[beat.member_id] = previous
+            self.static[beat.instance_id] = beat.member_id
+            if old_id in self.target:
+                self.target[beat.member_id] = self.target.pop(old_id)
+            log.info("group %s: static member %s rejoined as %s", self.group_id, beat.instance_id, beat.member_id)
+            return previous
+        if len(self.members) >= self.settings.consumer_max_size:
+            raise KafkaError(ErrorCode.group_max_size_reached,
+                             f"group {self.group_id} has {len(self.members)} members, its most")
+        member = ConsumerMember(beat.member_id, beat.instance_id, beat.rack_id, beat.client_id, beat.client_host,
+                                beat.rebalance_timeout_ms)
+        self.members[member.member_id] = member
+        if beat.instance_id is not None:
+            self.static[beat.instance_id] = member.member_id
+        self.group_epoch += 1
+        log.info("group %s: member %s joined (consumer protocol)", self.group_id, member.member_id)
+        return member
+
+    def _known(self, beat: Heartbeat) -> ConsumerMember:
+        member = self.members.get(beat.member_id)
+        if member is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"unknown member {beat.member_id}")
+        if beat.member_epoch == member.epoch:
+            return member
+        if beat.member_epoch == member.previous_epoch and (
+                beat.owned is None or _pairs(beat.owned) <= _pairs(member.assigned)):
+            return member  # its last answer was lost: it is sent again
+        raise KafkaError(ErrorCode.fenced_member_epoch,
+                         f"member epoch {beat.member_epoch} is not {member.epoch}")
+
+    def _update(self, member: ConsumerMember, beat: Heartbeat) -> bool:
+        """The member's fields the heartbeat changes; whether the assignment must be recomputed."""
+        changed = False
+        if beat.subscribed_topic_names is not None and frozenset(beat.subscribed_topic_names) != member.subscribed_names:
+            member.subscribed_names = frozenset(beat.subscribed_topic_names)
+            changed = True
+        if beat.subscribed_topic_regex is not None:
+            regex = beat.subscribed_topic_regex or None
+            if regex is not None:
+                compile_regex(regex)
+            if regex != member.subscribed_regex:
+                member.subscribed_regex = regex
+                changed = True
+        if beat.server_assignor is not None:
+            if beat.server_assignor not in ASSIGNORS:
+                raise KafkaError(ErrorCode.unsupported_assignor,
+                                 f"assignor {beat.server_assignor!r} is not one of {sorted(ASSIGNORS)}")
+            if beat.server_assignor != member.server_assignor:
+                member.server_assignor = beat.server_assignor
+                changed = True
+        if beat.rack_id is not None:
+            member.rack_id = beat.rack_id
+        if beat.rebalance_timeout_ms >= 0:
+            member.rebalance_timeout_ms = beat.rebalance_timeout_ms
+        return changed
+
+    def _leave(self, beat: Heartbeat, now: float) -> HeartbeatAnswer:
+        member = self.members.get(beat.member_id)
+        if member is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"unknown member {beat.member_id}")
+        if beat.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            # Its partitions stay its own until its session ends: a restart gets them back.
+            member.left_static = True
+            member.session_deadline = now + self.settings.consumer_session_timeout_ms / 1000
+            log.info("group %s: static member %s left for now", self.group_id, member.instance_id)
+        else:
+            log.info("group %s: member %s left", self.group_id, member.member_id)
+            self._remove(member)
+            self.group_epoch += 1
+        self._refresh_state()
+        return HeartbeatAnswer(beat.member_id, beat.member_epoch, self.settings.consumer_heartbeat_interval_ms, None)
+
+    def tick(self, now: float) -> None:
+        """Members whose session ended, or who did not release partitions in their rebalance timeout, are removed."""
+        gone = [m for m in self.members.values()
+                if m.session_deadline <= now or (m.revoke_deadline is not None and m.revoke_deadline <= now)]
+        for member in gone:
+            log.info("group %s: member %s %s; removed", self.group_id, member.member_id,
+                     "session expired" if member.session_deadline <= now else "did not revoke in time")
+            self._remove(member)
+        if gone:
+            self.group_epoch += 1
+            self._refresh_state()
+
+    def next_deadline(self) -> float | None:
+        deadlines = [m.session_deadline for m in self.members.values()]
+        deadlines += [m.revoke_deadline for m in self.members.values() if m.revoke_deadline is not None]
+        return min(deadlines, default=None)
+
+    def dissolve(self, code: ErrorCode) -> None:
+        self.members.clear()
+        self.static.clear()
+        self.state = ConsumerGroupState.DEAD
+
+    def _remove(self, member: ConsumerMember) -> None:
+        self.members.pop(member.member_id, None)
+        self.target.pop(member.member_id, None)
+        if member.instance_id is not None and self.static.get(member.instance_id) == member.member_id:
+            del self.static[member.instance_id]
+
+    # -- assignment ------------------------------------------------------------------------------
+
+    def _subscriptions(self, topics: Mapping[str, int]) -> dict[str, frozenset[str]]:
+        subscriptions = {}
+        for member in self.members.values():
+            subscribed = {t for t in member.subscribed_names if t in topics}
+            if member.subscribed_regex is not None:
+                pattern = compile_regex(member.subscribed_regex)
+                subscribed |= {t for t in topics if not t.startswith("__") and pattern.fullmatch(t)}
+            subscriptions[member.member_id] = frozenset(subscribed)
+        return subscriptions
+
+    def _refresh_target(self, topics: Mapping[str, int]) -> None:
+        subscriptions = self._subscriptions(topics)
+        wanted = {t for subscribed in subscriptions.values() for t in subscribed}
+        subscribed = {t: topics[t] for t in wanted}
+        if subscribed != self.subscribed:
+            self.subscribed = subscribed
+            self.group_epoch += 1
+        if self.group_epoch <= self.assignment_epoch:
+            return
+        assign = ASSIGNORS[self.assignor()]
+        self.target = assign(subscriptions, subscribed, self.target)
+        self.assignment_epoch = self.group_epoch
+        log.info("group %s: target assignment at epoch %d for %d member(s)", self.group_id, self.assignment_epoch,
+                 len(self.members))
+
+    def _reconcile(self, member: ConsumerMember, owned: Assignment | None, now: float) -> bool:
+        """One step of the member toward its target; whether what it may consume changed."""
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            released = owned is not None and not (_pairs(owned) & _pairs(member.revoking))
+            if not released:
+                return False
+            member.revoking = {}
+            member.revoke_deadline = None
+            member.state = MemberState.STABLE
+        if member.epoch == self.assignment_epoch and member.state == MemberState.STABLE:
+            return False
+        target = _pairs(self.target.get(member.member_id, {}))
+        current = _pairs(member.assigned)
+        if current - target:
+            member.revoking = _grouped(current - target)
+            member.assigned = _grouped(current & target)
+            member.state = MemberState.UNREVOKED_PARTITIONS
+            member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
+            return True
+        held_elsewhere = set().union(*(m.holds() for m in self.members.values() if m is not member))
+        given = target - held_elsewhere
+        if member.epoch != self.assignment_epoch:
+            member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
+        member.state = MemberState.STABLE if given == target else MemberState.UNRELEASED_PARTITIONS
+        if given == current:
+            return False
+        member.assigned = _grouped(given)
+        return True
+
+    # -- offsets' rule ---------------------------------------------------------------------------
+
+    def check_commit(self, member_id: str, member_epoch: int, group_instance_id: str | None, now: float) -> None:
+        """A member's commit carries its epoch; a commit without member (epoch -1) is allowed
+        while the group has no members, as Kafka does."""
+        if member_epoch < 0 and not member_id:
+            if self.members:
+                raise KafkaError(ErrorCode.unknown_member_id, "the group has active members")
+            return
+        member = self.members.get(member_id)
+        if member is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"unknown member {member_id}")
+        if member_epoch != member.epoch and member_epoch != member.previous_epoch:
+            raise KafkaError(ErrorCode.stale_member_epoch, f"member epoch {member_epoch} is not {member.epoch}")

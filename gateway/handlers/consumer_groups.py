@@ -1,0 +1,119 @@
+"""ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69): the consumer group protocol (KIP-848).
+
+Topics travel by id on the wire and by name in the coordinator: this module maps them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kafscale.protocol.api_versions import ApiKey
+from kafscale.protocol.entities import to_millis
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.messages import Request
+
+from ..context import RequestContext
+from ..groups.assignors import Assignment
+from ..groups.consumer import ConsumerGroup, Heartbeat
+from ..security.acl import Operation, ResourceType
+from .base import register, respond
+
+
+def _heartbeat_error(request: Request, code: ErrorCode, message: str | None = None):
+    return respond(request, dict(error_code=code, error_message=message, member_id=None, member_epoch=-1,
+                                 heartbeat_interval=0, assignment=None))
+
+
+def _owned(request_partitions, names_by_id: dict[uuid.UUID, str]) -> Assignment | None:
+    if request_partitions is None:
+        return None
+    owned: dict[str, frozenset[int]] = {}
+    for entry in request_partitions:
+        name = names_by_id.get(entry.topic_id)
+        if name is not None:  # a deleted topic's partitions are simply no longer owned
+            owned[name] = frozenset(int(p) for p in entry.partitions)
+    return owned
+
+
+def _by_id(assignment: Assignment, ids: dict[str, uuid.UUID]) -> list[dict]:
+    return [dict(topic_id=ids[topic], partitions=sorted(partitions))
+            for topic, partitions in sorted(assignment.items()) if topic in ids and partitions]
+
+
+@register(ApiKey.CONSUMER_GROUP_HEARTBEAT, error=_heartbeat_error)
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request):
+    body = request.body
+    ctx.access.require_group(Operation.READ, body.group_id)
+    known = ctx.logs.topics()
+    ids = {name: info.topic_id for name, info in known.items()}
+    names = body.subscribed_topic_names
+    if names is not None:
+        # As Kafka: a member may subscribe only to topics it may describe (the others are not matched).
+        names = tuple(t for t in names if ctx.access.allowed_topic(Operation.DESCRIBE, t, quiet=True))
+    topics = {name: info.partitions for name, info in known.items()
+              if ctx.access.allowed_topic(Operation.DESCRIBE, name, quiet=True)}
+    beat = Heartbeat(
+        member_id=body.member_id, member_epoch=body.member_epoch, instance_id=body.instance_id,
+        rack_id=body.rack_id, rebalance_timeout_ms=to_millis(body.rebalance_timeout),
+        subscribed_topic_names=names, subscribed_topic_regex=body.subscribed_topic_regex,
+        server_assignor=body.server_assignor,
+        owned=_owned(body.topic_partitions, {info.topic_id: name for name, info in known.items()}),
+        client_id=request.header.client_id or "", client_host=ctx.peer_host,
+    )
+    try:
+        answer = ctx.groups.consumer_heartbeat(body.group_id, beat, topics)
+    except KafkaError as exc:
+        return _heartbeat_error(request, exc.code, str(exc))
+    assignment = None
+    if answer.assignment is not None:
+        assignment = dict(topic_partitions=_by_id(answer.assignment, ids))
+    return respond(request, dict(error_code=ErrorCode.none, error_message=None, member_id=answer.member_id,
+                                 member_epoch=answer.member_epoch, heartbeat_interval=answer.heartbeat_interval_ms,
+                                 assignment=assignment))
+
+
+def _described_assignment(assignment: Assignment, ids: dict[str, uuid.UUID]) -> dict:
+    return dict(topic_partitions=[dict(topic_id=ids[topic], topic_name=topic, partitions=sorted(partitions))
+                                  for topic, partitions in sorted(assignment.items()) if topic in ids])
+
+
+def _describe_error(request: Request, code: ErrorCode):
+    return respond(request, dict(groups=[
+        dict(error_code=code, group_id=g, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+             members=[]) for g in request.body.group_ids]))
+
+
+@register(ApiKey.CONSUMER_GROUP_DESCRIBE, error=_describe_error)
+async def handle_consumer_group_describe(ctx: RequestContext, request: Request):
+    ids = {name: info.topic_id for name, info in ctx.logs.topics().items()}
+    described = []
+    for group_id in request.body.group_ids:
+        empty = dict(group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                     members=[])
+        try:
+            ctx.access.require_group(Operation.DESCRIBE, group_id)
+            ctx.groups.check_coordinator(group_id)
+        except KafkaError as exc:
+            described.append(dict(empty, error_code=exc.code, error_message=str(exc)))
+            continue
+        group = ctx.groups.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            message = f"group {group_id!r} is not a consumer-protocol group" if group else None
+            described.append(dict(empty, error_code=ErrorCode.group_id_not_found, error_message=message))
+            continue
+        members = [
+            dict(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.epoch,
+                 client_id=m.client_id, client_host=m.client_host,
+                 subscribed_topic_names=sorted(m.subscribed_names), subscribed_topic_regex=m.subscribed_regex,
+                 assignment=_described_assignment(m.assigned, ids),
+                 target_assignment=_described_assignment(group.target.get(m.member_id, {}), ids),
+                 member_type=1)  # 1: a consumer-protocol member (0 would be a classic one in a mixed group)
+            for m in group.members.values()
+        ]
+        entry = dict(error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,
+                     group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                     assignor_name=group.assignor(), members=members)
+        if request.body.include_authorized_operations:
+            entry["authorized_operations"] = ctx.access.authorized_operations(ResourceType.GROUP, group_id)
+        described.append(entry)
+    return respond(request, dict(groups=described))
