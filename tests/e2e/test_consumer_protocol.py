@@ -1,0 +1,209 @@
+"""The consumer group protocol (KIP-848) with confluent-kafka's `group.protocol=consumer`: the
+scenarios the classic groups pass (tests/e2e/test_groups_confluent.py), now assigned by the
+coordinator: 3 members on 6 partitions, members joining, leaving and killed -9, static members
+coming back to their partitions, commits surviving a restart, a regex subscription picking up
+a new topic, and a classic group moved to the new protocol keeping its offsets."""
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.e2e.conftest import make_topic
+from tests.support.gateway_process import GatewayProcess
+
+SESSION_MS = 6000
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    """Members heartbeat every 500 ms (Kafka's default: 5 s) and are removed after 6 s of silence."""
+    process = GatewayProcess(tmp_path / "data", "--group-consumer-heartbeat-interval-ms", "500",
+                             "--group-consumer-session-timeout-ms", str(SESSION_MS),
+                             "--group-initial-rebalance-delay-ms", "0").start()
+    yield process
+    process.kill()
+
+
+def _consumer(gateway, group, **extra):
+    return Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
+
+
+def _drain(consumers, until, timeout=60.0):
+    seen = {i: [] for i in range(len(consumers))}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not until(seen):
+        for i, consumer in enumerate(consumers):
+            message = consumer.poll(0.05)
+            if message is not None and not message.error():
+                seen[i].append(int(message.value()))
+                consumer.commit(message, asynchronous=False)
+    return seen
+
+
+def _partitions(consumer) -> list[int]:
+    return sorted(p.partition for p in consumer.assignment())
+
+
+def test_three_members_share_six_partitions_each_message_once(gateway):
+    make_topic(gateway, "shared", messages=600)
+    group = f"g-{uuid.uuid4()}"
+    consumers = [_consumer(gateway, group) for _ in range(3)]
+    for consumer in consumers:
+        consumer.subscribe(["shared"])
+    seen = _drain(consumers, lambda s: sum(map(len, s.values())) >= 600)
+    assert sorted(v for values in seen.values() for v in values) == list(range(600))
+    _drain(consumers, lambda s: all(len(c.assignment()) == 2 for c in consumers), timeout=20)
+    assert sorted(p for c in consumers for p in _partitions(c)) == list(range(6))
+    assert [len(c.assignment()) for c in consumers] == [2, 2, 2]  # the uniform assignor: even
+    for consumer in consumers:
+        consumer.close()
+
+
+MEMBER_SCRIPT = r"""
+import sys
+from confluent_kafka import Consumer
+bootstrap, group, topic = sys.argv[1:4]
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+consumer.subscribe([topic])
+while True:
+    message = consumer.poll(0.1)
+    if message is not None and not message.error():
+        consumer.commit(message, asynchronous=False)
+        print(int(message.value()), flush=True)
+"""
+
+
+def test_join_leave_and_kill_lose_nothing(gateway):
+    make_topic(gateway, "churn", messages=0)
+    group = f"g-{uuid.uuid4()}"
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+    produced = 0
+
+    def produce(n):
+        nonlocal produced
+        for _ in range(n):
+            producer.produce("churn", value=b"%d" % produced, partition=produced % 6)
+            produced += 1
+        assert producer.flush(10) == 0
+
+    first, second = _consumer(gateway, group), _consumer(gateway, group)
+    first.subscribe(["churn"])
+    produce(120)
+    consumed = _drain([first], lambda s: len(s[0]) >= 120)[0]
+    second.subscribe(["churn"])  # a member joins
+    produce(120)
+    seen = _drain([first, second], lambda s: len(s[0]) + len(s[1]) >= 120 and all(s.values()))
+    consumed += seen[0] + seen[1]
+    second.close()  # a member leaves
+    produce(120)
+    consumed += _drain([first], lambda s: len(s[0]) >= 120)[0]
+    third = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, gateway.bootstrap, group, "churn"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(first.assignment()) == 6:
+            message = first.poll(0.1)
+            if message is not None and not message.error():
+                consumed.append(int(message.value()))
+                first.commit(message, asynchronous=False)
+        assert len(first.assignment()) < 6, "the third member never got partitions"
+        time.sleep(1)
+    finally:
+        third.kill()  # kill -9: no leave, no more heartbeats
+        output, _ = third.communicate()
+    consumed += [int(line) for line in output.split()]
+    produce(120)
+    deadline = time.monotonic() + SESSION_MS / 1000 + 20
+    while time.monotonic() < deadline and not (len(first.assignment()) == 6 and set(consumed) >= set(range(produced))):
+        message = first.poll(0.1)
+        if message is not None and not message.error():
+            consumed.append(int(message.value()))
+            first.commit(message, asynchronous=False)
+    assert set(consumed) == set(range(produced))  # at least once; duplicates only where a partition moved
+    assert len(first.assignment()) == 6
+    first.close()
+
+
+def test_static_member_comes_back_to_its_partitions(gateway):
+    make_topic(gateway, "static", partitions=4, messages=40)
+    group = f"g-{uuid.uuid4()}"
+    members = [_consumer(gateway, group, **{"group.instance.id": f"instance-{i}"}) for i in range(2)]
+    for member in members:
+        member.subscribe(["static"])
+    _drain(members, lambda s: sum(map(len, s.values())) >= 40 and all(len(m.assignment()) == 2 for m in members))
+    before = [_partitions(m) for m in members]
+    members[1].close()  # a static member leaves for now (epoch -2): its partitions wait for it
+    replacement = _consumer(gateway, group, **{"group.instance.id": "instance-1"})
+    replacement.subscribe(["static"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not replacement.assignment():
+        replacement.poll(0.1)
+        members[0].poll(0.05)
+        assert _partitions(members[0]) == before[0]  # the other member is never touched
+    assert _partitions(replacement) == before[1]
+    members[0].close()
+    replacement.close()
+
+
+def test_commits_survive_a_restart(gateway):
+    make_topic(gateway, "resume", partitions=2, messages=100)
+    group = f"g-{uuid.uuid4()}"
+    consumer = _consumer(gateway, group)
+    consumer.subscribe(["resume"])
+    seen = _drain([consumer], lambda s: len(s[0]) >= 60)
+    consumer.close()
+    gateway.restart()
+    again = _consumer(gateway, group)
+    committed = again.committed([TopicPartition("resume", 0), TopicPartition("resume", 1)], timeout=10)
+    assert sum(tp.offset for tp in committed) == len(seen[0])
+    again.subscribe(["resume"])
+    rest = _drain([again], lambda s: len(s[0]) >= 100 - len(seen[0]))
+    assert sorted(seen[0] + rest[0]) == list(range(100))
+    again.close()
+
+
+def test_regex_subscription_picks_up_a_new_topic(gateway):
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    make_topic(gateway, f"{prefix}-one", partitions=2, messages=10)
+    consumer = _consumer(gateway, f"g-{uuid.uuid4()}", **{"topic.metadata.refresh.interval.ms": 1000})
+    consumer.subscribe([f"^{prefix}-.*"])
+    _drain([consumer], lambda s: len(s[0]) >= 10)
+    make_topic(gateway, f"{prefix}-two", partitions=2, messages=10)
+    seen = _drain([consumer], lambda s: len(s[0]) >= 10, timeout=30)
+    assert sorted(seen[0]) == list(range(10))
+    assert {p.topic for p in consumer.assignment()} == {f"{prefix}-one", f"{prefix}-two"}
+    consumer.close()
+
+
+def test_a_classic_group_moves_to_the_consumer_protocol_keeping_its_offsets(gateway):
+    make_topic(gateway, "moving", partitions=3, messages=90)
+    group = f"g-{uuid.uuid4()}"
+    classic = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                        "enable.auto.commit": False})
+    classic.subscribe(["moving"])
+    first = _drain([classic], lambda s: len(s[0]) >= 45)[0]
+    classic.close()  # the last classic member leaves: the group is empty
+    modern = _consumer(gateway, group)
+    modern.subscribe(["moving"])
+    rest = _drain([modern], lambda s: len(s[0]) >= 90 - len(first))[0]
+    assert sorted(first + rest) == list(range(90))  # nothing skipped, nothing read twice
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    listed = admin.list_consumer_groups().result(10)
+    kinds = {g.group_id: g.type.name for g in listed.valid}
+    assert kinds[group] == "CONSUMER"
+    modern.close()
+    back = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False})
+    back.subscribe(["moving"])  # and back to classic once empty
+    assert back.poll(8) is None  # it resumes at the end: nothing read twice
+    assert len(back.assignment()) == 3
+    committed = back.committed([TopicPartition("moving", p) for p in range(3)], timeout=10)
+    assert sum(tp.offset for tp in committed) == 90
+    back.close()
