@@ -32,3 +32,13 @@ def test_producers_and_a_read_committed_static_member(gateway):
     # Kafka answers with the request's empty member id; answering the resolved one failed it.
     removed = java_client.run("remove-static", gateway.bootstrap, "jg", "member-1")
     assert removed["members_left"] == "0" and int(removed["committed_total"]) >= 80
+
+
+def test_a_consumer_protocol_member_and_its_description(gateway):
+    """KIP-848 with the reference client: group.protocol=consumer reads everything, commits, and
+    the admin describes the group through ConsumerGroupDescribe."""
+    java_client.run("produce", gateway.bootstrap, "j848", "30", "idempotent", "none")
+    out = java_client.run("consumer-protocol", gateway.bootstrap, "j848", "j848-group", "30")
+    assert (out["count"], out["committed_total"]) == ("30", "30")
+    assert (out["group_type"], out["state"], out["members"]) == ("Consumer", "Stable", "1")
+    assert out["member_partitions"] == out["assigned"] != "0"

@@ -28,6 +28,7 @@ public class KafscaleJavaClient {
             case "produce" -> produce(props, args[3], Integer.parseInt(args[4]), args[5], args[6]);
             case "consume" -> consume(props, args[3], args[4], Integer.parseInt(args[5]), args[6], args[7]);
             case "remove-static" -> removeStatic(props, args[3], args[4]);
+            case "consumer-protocol" -> consumerProtocol(props, args[3], args[4], Integer.parseInt(args[5]));
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -113,6 +114,37 @@ public class KafscaleJavaClient {
         System.out.println("count=" + values.size());
         System.out.println("aborted_seen=" + values.stream().filter(v -> v.startsWith("transactional-abort")).count());
         System.out.println("first=" + (values.isEmpty() ? "" : values.get(0)));
+    }
+
+    /** KIP-848: a consumer with group.protocol=consumer, described by the admin while it is a member. */
+    static void consumerProtocol(Properties props, String topic, String group, int expected) throws Exception {
+        Properties admin_props = (Properties) props.clone();
+        props.put("group.id", group);
+        props.put("group.protocol", "consumer");
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        int count = 0;
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(props); Admin admin = Admin.create(admin_props)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (count < expected && System.currentTimeMillis() < deadline) {
+                count += consumer.poll(Duration.ofMillis(500)).count();
+                consumer.commitSync();
+            }
+            ConsumerGroupDescription described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            System.out.println("group_type=" + described.type());
+            System.out.println("state=" + described.groupState());
+            System.out.println("members=" + described.members().size());
+            System.out.println("member_partitions=" + described.members().iterator().next().assignment().topicPartitions().size());
+            System.out.println("assigned=" + consumer.assignment().size());
+        }
+        System.out.println("count=" + count);
+        try (Admin admin = Admin.create(admin_props)) {
+            var offsets = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            System.out.println("committed_total=" + offsets.values().stream().mapToLong(OffsetAndMetadata::offset).sum());
+        }
     }
 
     static void removeStatic(Properties props, String group, String instance) throws Exception {
