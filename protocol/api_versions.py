@@ -82,14 +82,14 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.FETCH: VersionRange(4, 17),
     ApiKey.LIST_OFFSETS: VersionRange(0, 9),
     ApiKey.METADATA: VersionRange(0, 12),
-    ApiKey.OFFSET_COMMIT: VersionRange(0, 9),
-    ApiKey.OFFSET_FETCH: VersionRange(0, 9),
+    ApiKey.OFFSET_COMMIT: VersionRange(0, 10),  # v10 (Kafka 4.1): topics by id
+    ApiKey.OFFSET_FETCH: VersionRange(0, 10),
     ApiKey.FIND_COORDINATOR: VersionRange(0, 6),
     ApiKey.JOIN_GROUP: VersionRange(0, 9),
     ApiKey.HEARTBEAT: VersionRange(0, 4),
     ApiKey.LEAVE_GROUP: VersionRange(0, 5),
     ApiKey.SYNC_GROUP: VersionRange(0, 5),
-    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 6),  # v6 (KIP-1043): an error message per group
     ApiKey.LIST_GROUPS: VersionRange(0, 5),
     ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
     ApiKey.API_VERSIONS: VersionRange(0, 4),

@@ -286,6 +286,12 @@ class GroupCoordinator:
         group.check_commit(member_id, generation, group_instance_id, _now())
         return group
 
+    def check_fetch(self, group_id: str, member_id: str, member_epoch: int) -> None:
+        """OffsetFetch v9+: a consumer-protocol member names itself and its epoch (-1: not a member)."""
+        group = self._group(group_id)
+        if isinstance(group, ConsumerGroup) and member_epoch >= 0:
+            group.check_commit(member_id, member_epoch, None, _now())
+
     async def commit(self, group: Group, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         group.offsets.update(offsets)
         await self._save(group)

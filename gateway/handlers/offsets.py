@@ -15,9 +15,16 @@ from ..security.acl import Operation
 from .base import register, respond
 
 
+def _topic_named(topic, names_by_id) -> str | None:
+    """The topic's name: given (v0-9), or found by its id (v10+, Kafka 4.1); ``None``: no such id."""
+    name = getattr(topic, "name", None)
+    return name if name is not None else names_by_id().get(topic.topic_id)
+
+
 def _commit_error(request: Request, code: ErrorCode):
     return respond(request, dict(topics=[
-        dict(name=t.name, partitions=[dict(partition_index=p.partition_index, error_code=code) for p in t.partitions])
+        dict(name=getattr(t, "name", None), topic_id=getattr(t, "topic_id", None),
+             partitions=[dict(partition_index=p.partition_index, error_code=code) for p in t.partitions])
         for t in request.body.topics
     ]))
 
@@ -36,13 +43,17 @@ async def handle_offset_commit(ctx: RequestContext, request: Request):
     accepted = {}
     results = []
     stamp = ctx.clock.now_ms()
+    names_by_id = lambda: {info.topic_id: name for name, info in topics.items()}  # noqa: E731
     for topic in body.topics:
         partitions = []
-        info = topics.get(topic.name)
-        readable = ctx.access.allowed_topic(Operation.READ, topic.name)
+        name = _topic_named(topic, names_by_id)
+        info = topics.get(name) if name is not None else None
+        readable = name is not None and ctx.access.allowed_topic(Operation.READ, name)
         for part in topic.partitions:
             metadata = part.committed_metadata
-            if not readable:
+            if name is None:
+                code = ErrorCode.unknown_topic_id
+            elif not readable:
                 code = ErrorCode.topic_authorization_failed
             elif info is None or not 0 <= part.partition_index < info.partitions:
                 code = ErrorCode.unknown_topic_or_partition
@@ -50,18 +61,21 @@ async def handle_offset_commit(ctx: RequestContext, request: Request):
                 code = ErrorCode.offset_metadata_too_large
             else:
                 code = ErrorCode.none
-                accepted[(topic.name, part.partition_index)] = CommittedOffset(
+                accepted[(name, part.partition_index)] = CommittedOffset(
                     part.committed_offset, getattr(part, "committed_leader_epoch", -1), metadata, stamp)
             partitions.append(dict(partition_index=part.partition_index, error_code=code))
-        results.append(dict(name=topic.name, partitions=partitions))
+        results.append(dict(name=name, topic_id=getattr(topic, "topic_id", None), partitions=partitions))
     if accepted:
         await ctx.groups.commit(group, accepted)
     return respond(request, dict(topics=results))
 
 
-async def _fetch_topics(ctx: RequestContext, group_id: str, requested, require_stable: bool) -> list[dict]:
+async def _fetch_topics(ctx: RequestContext, group_id: str, requested, require_stable: bool,
+                        by_id: bool = False) -> list[dict]:
     ctx.access.require_group(Operation.DESCRIBE, group_id)
     committed = ctx.groups.committed(group_id)
+    known = ctx.logs.topics()
+    ids = {name: info.topic_id for name, info in known.items()}
     # v7+ (KIP-447): offsets a transaction will still commit are not answered yet.
     unstable = await ctx.transactions.pending_offsets(group_id) if require_stable else set()
     may_describe = ctx.access.allowed_topic
@@ -72,12 +86,20 @@ async def _fetch_topics(ctx: RequestContext, group_id: str, requested, require_s
                 wanted.setdefault(topic, []).append(partition)
         requested_pairs = list(wanted.items())
     else:
-        requested_pairs = [(t.name, list(t.partition_indexes)) for t in requested]
+        names = {info.topic_id: name for name, info in known.items()}
+        requested_pairs = [(_topic_named(t, lambda: names) or "", list(t.partition_indexes)) for t in requested]
+        if by_id:
+            unknown = [t for t, (name, _) in zip(requested, requested_pairs, strict=True) if not name]
+            requested_pairs = [pair for pair in requested_pairs if pair[0]]
     topics = []
+    if requested is not None and by_id:
+        topics += [dict(topic_id=t.topic_id, partitions=[
+            dict(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                 error_code=ErrorCode.unknown_topic_id) for p in t.partition_indexes]) for t in unknown]
     for name, partitions in requested_pairs:
         rows = []
         if not may_describe(Operation.DESCRIBE, name):
-            topics.append(dict(name=name, partitions=[
+            topics.append(dict(name=name, topic_id=ids.get(name), partitions=[
                 dict(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
                      error_code=ErrorCode.topic_authorization_failed) for p in partitions]))
             continue
@@ -91,7 +113,7 @@ async def _fetch_topics(ctx: RequestContext, group_id: str, requested, require_s
             rows.append(dict(partition_index=partition, committed_offset=item.offset if item else -1,
                              committed_leader_epoch=item.leader_epoch if item else -1,
                              metadata=(item.metadata if item else "") or "", error_code=ErrorCode.none))
-        topics.append(dict(name=name, partitions=rows))
+        topics.append(dict(name=name, topic_id=ids.get(name), partitions=rows))
     return topics
 
 
@@ -116,8 +138,11 @@ async def handle_offset_fetch(ctx: RequestContext, request: Request):
         groups = []
         for g in body.groups:
             try:
+                # v9+ (KIP-848): a consumer-protocol member's fetch carries its epoch.
+                ctx.groups.check_fetch(g.group_id, getattr(g, "member_id", None) or "", getattr(g, "member_epoch", -1))
                 groups.append(dict(group_id=g.group_id, error_code=ErrorCode.none,
-                                   topics=await _fetch_topics(ctx, g.group_id, g.topics, require_stable)))
+                                   topics=await _fetch_topics(ctx, g.group_id, g.topics, require_stable,
+                                                              by_id=request.header.api_version >= 10)))
             except KafkaError as exc:
                 groups.append(dict(group_id=g.group_id, topics=[], error_code=exc.code))
         return respond(request, dict(groups=groups))

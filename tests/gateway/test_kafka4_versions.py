@@ -1,0 +1,99 @@
+"""Kafka 4's group APIs on the wire, through the real handlers (tests/support/direct.py) and
+kio's codecs: ConsumerGroupHeartbeat v1 (client-made member ids), OffsetCommit and
+OffsetFetch v10 (topics by id) with member epochs, ConsumerGroupDescribe v1, ListGroups v5's
+type filter, DescribeGroups v6 on a consumer-protocol group."""
+
+import uuid
+
+from kafscale.protocol import ErrorCode
+from kafscale.protocol.entities import build
+from kafscale.protocol.messages import request_class
+from tests.support.direct import direct_gateway
+
+
+def _request(api_key: int, version: int, **values):
+    return build(request_class(api_key, version), values)
+
+
+async def _topic_id(gateway, name: str, partitions: int) -> uuid.UUID:
+    created = await gateway.call(19, 7, _request(19, 7, topics=[dict(
+        name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=5000, validate_only=False))
+    assert created.topics[0].error_code == ErrorCode.none
+    return created.topics[0].topic_id
+
+
+def _beat(member_id: str, epoch: int, **values):
+    return _request(68, 1, **{"group_id": "g", "member_id": member_id, "member_epoch": epoch, "instance_id": None,
+                              "rack_id": None, "rebalance_timeout": 30_000, "subscribed_topic_names": None,
+                              "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": None,
+                              **values})
+
+
+async def test_a_member_joins_commits_by_topic_id_and_is_described():
+    async with direct_gateway() as gateway:
+        topic_id = await _topic_id(gateway, "orders", 3)
+        joined = await gateway.call(68, 1, _beat("m-1", 0, subscribed_topic_names=["orders"]))
+        assert joined.error_code == ErrorCode.none and joined.member_id == "m-1" and joined.member_epoch > 0
+        (owned,) = joined.assignment.topic_partitions
+        assert owned.topic_id == topic_id and sorted(owned.partitions) == [0, 1, 2]
+        epoch = joined.member_epoch
+
+        def commit(member_epoch: int, topic: uuid.UUID = topic_id):
+            return _request(8, 10, group_id="g", generation_id_or_member_epoch=member_epoch, member_id="m-1",
+                            group_instance_id=None, topics=[dict(topic_id=topic, partitions=[dict(
+                                partition_index=1, committed_offset=42, committed_leader_epoch=-1,
+                                committed_metadata=None)])])
+
+        committed = await gateway.call(8, 10, commit(epoch))
+        assert committed.topics[0].topic_id == topic_id
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+        stale = await gateway.call(8, 10, commit(epoch + 7))
+        assert stale.topics[0].partitions[0].error_code == ErrorCode.stale_member_epoch
+        unknown = await gateway.call(8, 10, commit(epoch, uuid.uuid4()))
+        assert unknown.topics[0].partitions[0].error_code == ErrorCode.unknown_topic_id
+
+        def fetch(member_epoch: int):
+            return _request(9, 10, groups=[dict(group_id="g", member_id="m-1", member_epoch=member_epoch,
+                                                topics=[dict(topic_id=topic_id, partition_indexes=[0, 1])])],
+                            require_stable=False)
+
+        fetched = await gateway.call(9, 10, fetch(epoch))
+        (group,) = fetched.groups
+        assert group.error_code == ErrorCode.none and group.topics[0].topic_id == topic_id
+        assert [p.committed_offset for p in group.topics[0].partitions] == [-1, 42]
+        assert (await gateway.call(9, 10, fetch(epoch + 1))).groups[0].error_code == ErrorCode.stale_member_epoch
+
+        described = await gateway.call(69, 1, _request(69, 1, group_ids=["g", "nobody"],
+                                                        include_authorized_operations=False))
+        mine, missing = described.groups
+        assert (mine.error_code, mine.group_state, mine.assignor_name) == (ErrorCode.none, "Stable", "uniform")
+        assert mine.members[0].member_epoch == epoch and mine.members[0].subscribed_topic_names == ("orders",)
+        assert mine.members[0].assignment.topic_partitions[0].topic_name == "orders"
+        assert missing.error_code == ErrorCode.group_id_not_found
+
+        listed = await gateway.call(16, 5, _request(16, 5, states_filter=[], types_filter=["consumer"]))
+        assert [(g.group_id, g.group_type) for g in listed.groups] == [("g", "consumer")]
+        assert (await gateway.call(16, 5, _request(16, 5, states_filter=[], types_filter=["classic"]))).groups == ()
+        classic_view = await gateway.call(15, 6, _request(15, 6, groups=["g"], include_authorized_operations=False))
+        assert classic_view.groups[0].error_code == ErrorCode.group_id_not_found
+        assert "not a classic group" in classic_view.groups[0].error_message
+
+        left = await gateway.call(68, 1, _beat("m-1", -1))
+        assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+
+
+async def test_heartbeat_refusals_carry_kafkas_codes():
+    async with direct_gateway() as gateway:
+        await _topic_id(gateway, "t", 1)
+        no_id = await gateway.call(68, 1, _beat("", 0, subscribed_topic_names=["t"]))
+        assert no_id.error_code == ErrorCode.invalid_request
+        never = await gateway.call(68, 1, _beat("ghost", 3))
+        assert never.error_code == ErrorCode.unknown_member_id
+        bad_regex = await gateway.call(68, 1, _beat("m", 0, subscribed_topic_regex="(unclosed"))
+        assert bad_regex.error_code == ErrorCode.invalid_regular_expression
+        assignor = await gateway.call(68, 1, _beat("m", 0, subscribed_topic_names=["t"], server_assignor="magic"))
+        assert assignor.error_code == ErrorCode.unsupported_assignor
+        joined = await gateway.call(68, 1, _beat("m", 0, subscribed_topic_names=["t"]))
+        fenced = await gateway.call(68, 1, _beat("m", joined.member_epoch + 1))
+        assert fenced.error_code == ErrorCode.fenced_member_epoch
