@@ -38,35 +38,69 @@ def uniform(subscriptions: Mapping[str, frozenset[str]], partitions: Mapping[str
             if topic in subscriptions[member] and partition < partitions.get(topic, 0) and key not in taken:
                 owned[member].add(key)
                 taken.add(key)
+    if len(set(subscriptions.values())) <= 1:
+        _balance_alike(members, owned, taken, subscriptions, partitions)
+    else:
+        _balance_mixed(members, owned, taken, subscriptions, partitions)
+    return {member: _group(owned[member]) for member in members}
+
+
+def _balance_alike(members: list[str], owned: dict[str, set[tuple[str, int]]], taken: set[tuple[str, int]],
+                   subscriptions: Mapping[str, frozenset[str]], partitions: Mapping[str, int]) -> None:
+    """Everyone subscribes alike: quotas of floor(P/M), the members holding most keeping one
+    more where P does not divide; what is over a quota goes to those under theirs."""
+    if not members:
+        return
+    topics = next(iter(subscriptions.values()))
+    wanted = sorted((t, p) for t in topics for p in range(partitions.get(t, 0)))
+    share, extra = divmod(len(wanted), len(members))
+    by_holding = sorted(members, key=lambda m: (-len(owned[m]), m))
+    quota = {m: share + (1 if i < extra else 0) for i, m in enumerate(by_holding)}
+    pool = sorted(set(wanted) - taken)
+    for member in members:
+        surplus = len(owned[member]) - quota[member]
+        if surplus > 0:
+            released = sorted(owned[member])[-surplus:]
+            owned[member].difference_update(released)
+            pool.extend(released)
+    pool.sort(reverse=True)
+    for member in members:
+        while len(owned[member]) < quota[member] and pool:
+            owned[member].add(pool.pop())
+
+
+def _balance_mixed(members: list[str], owned: dict[str, set[tuple[str, int]]], taken: set[tuple[str, int]],
+                   subscriptions: Mapping[str, frozenset[str]], partitions: Mapping[str, int]) -> None:
+    """Subscriptions differ: each unassigned partition to its least-loaded eligible member,
+    then single moves from the most to the least loaded while one narrows the spread."""
     eligible: dict[str, list[str]] = {}
     for member in members:
         for topic in subscriptions[member]:
             eligible.setdefault(topic, []).append(member)
     wanted = sorted((topic, p) for topic in eligible for p in range(partitions.get(topic, 0)))
-    # A quota per member when everyone subscribes alike; otherwise balance by moving.
     for key in wanted:
         if key not in taken:
             target = min(eligible[key[0]], key=lambda m: (len(owned[m]), m))
             owned[target].add(key)
             taken.add(key)
-    for _ in range(len(wanted) + 1):  # each move lowers the spread; bounded all the same
-        moved = False
-        for heavy in sorted(members, key=lambda m: -len(owned[m])):
-            for light in sorted(members, key=lambda m: len(owned[m])):
+    for _ in range(len(wanted) + 1):  # each move narrows the spread; bounded all the same
+        ranked = sorted(members, key=lambda m: len(owned[m]))
+        move = None
+        for heavy in reversed(ranked):
+            for light in ranked:
                 if len(owned[heavy]) - len(owned[light]) <= 1:
                     break
-                movable = sorted(k for k in owned[heavy] if k[0] in subscriptions[light])
+                movable = [k for k in owned[heavy] if k[0] in subscriptions[light]]
                 if movable:
-                    key = movable[-1]
-                    owned[heavy].discard(key)
-                    owned[light].add(key)
-                    moved = True
+                    move = heavy, light, max(movable)
                     break
-            if moved:
+            if move:
                 break
-        if not moved:
-            break
-    return {member: _group(owned[member]) for member in members}
+        if move is None:
+            return
+        heavy, light, key = move
+        owned[heavy].discard(key)
+        owned[light].add(key)
 
 
 def range_assignor(subscriptions: Mapping[str, frozenset[str]], partitions: Mapping[str, int],

@@ -138,7 +138,12 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)  # member id → its target assignment
     subscribed: dict[str, int] = field(default_factory=dict)  # topic → partitions, when the target was computed
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    state: ConsumerGroupState = ConsumerGroupState.EMPTY
+    # The topics (and partition counts) last seen, and whether a subscription changed since:
+    # a heartbeat that changes neither costs no look at the other members.
+    catalog: dict[str, int] = field(default_factory=dict)
+    subscriptions_changed: bool = True
+    holders: dict[tuple[str, int], str] = field(default_factory=dict)  # partition → the member holding it
+    dead: bool = False
 
     kind = "consumer"
     protocol_type = "consumer"
@@ -169,15 +174,17 @@ class ConsumerGroup:
     def take_effects(self) -> list:
         return []  # every answer is immediate: nothing is parked
 
-    def _refresh_state(self) -> None:
+    @property
+    def state(self) -> ConsumerGroupState:
+        if self.dead:
+            return ConsumerGroupState.DEAD
         if not self.members:
-            self.state = ConsumerGroupState.EMPTY
-        elif self.group_epoch > self.assignment_epoch:
-            self.state = ConsumerGroupState.ASSIGNING
-        elif any(m.epoch != self.assignment_epoch or m.state != MemberState.STABLE for m in self.members.values()):
-            self.state = ConsumerGroupState.RECONCILING
-        else:
-            self.state = ConsumerGroupState.STABLE
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(m.epoch != self.assignment_epoch or m.state != MemberState.STABLE for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -195,9 +202,9 @@ class ConsumerGroup:
         member.session_deadline = now + self.settings.consumer_session_timeout_ms / 1000
         if changed:
             self.group_epoch += 1
+            self.subscriptions_changed = True
         self._refresh_target(topics)
         sent = self._reconcile(member, beat.owned, now)
-        self._refresh_state()
         full = beat.member_epoch == 0 or (beat.owned is not None and _pairs(beat.owned) != _pairs(member.assigned))
         return HeartbeatAnswer(member.member_id, member.epoch, self.settings.consumer_heartbeat_interval_ms,
                                member.assigned if sent or full else None)
@@ -229,6 +236,8 @@ class ConsumerGroup:
             self.static[beat.instance_id] = beat.member_id
             if old_id in self.target:
                 self.target[beat.member_id] = self.target.pop(old_id)
+            for pair in previous.holds():
+                self.holders[pair] = beat.member_id
             log.info("group %s: static member %s rejoined as %s", self.group_id, beat.instance_id, beat.member_id)
             return previous
         if len(self.members) >= self.settings.consumer_max_size:
@@ -240,6 +249,7 @@ class ConsumerGroup:
         if beat.instance_id is not None:
             self.static[beat.instance_id] = member.member_id
         self.group_epoch += 1
+        self.subscriptions_changed = True
         log.info("group %s: member %s joined (consumer protocol)", self.group_id, member.member_id)
         return member
 
@@ -294,7 +304,6 @@ class ConsumerGroup:
             log.info("group %s: member %s left", self.group_id, member.member_id)
             self._remove(member)
             self.group_epoch += 1
-        self._refresh_state()
         return HeartbeatAnswer(beat.member_id, beat.member_epoch, self.settings.consumer_heartbeat_interval_ms, None)
 
     def tick(self, now: float) -> None:
@@ -307,8 +316,7 @@ class ConsumerGroup:
             self._remove(member)
         if gone:
             self.group_epoch += 1
-            self._refresh_state()
-
+    
     def next_deadline(self) -> float | None:
         deadlines = [m.session_deadline for m in self.members.values()]
         deadlines += [m.revoke_deadline for m in self.members.values() if m.revoke_deadline is not None]
@@ -317,9 +325,11 @@ class ConsumerGroup:
     def dissolve(self, code: ErrorCode) -> None:
         self.members.clear()
         self.static.clear()
-        self.state = ConsumerGroupState.DEAD
+        self.dead = True
 
     def _remove(self, member: ConsumerMember) -> None:
+        self.subscriptions_changed = True
+        self._hold(member, {}, {})
         self.members.pop(member.member_id, None)
         self.target.pop(member.member_id, None)
         if member.instance_id is not None and self.static.get(member.instance_id) == member.member_id:
@@ -338,16 +348,24 @@ class ConsumerGroup:
         return subscriptions
 
     def _refresh_target(self, topics: Mapping[str, int]) -> None:
+        if not self.subscriptions_changed and topics == self.catalog:
+            if self.group_epoch > self.assignment_epoch:
+                self._assign(self._subscriptions(topics))
+            return
+        self.catalog = dict(topics)
+        self.subscriptions_changed = False
         subscriptions = self._subscriptions(topics)
         wanted = {t for subscribed in subscriptions.values() for t in subscribed}
         subscribed = {t: topics[t] for t in wanted}
         if subscribed != self.subscribed:
             self.subscribed = subscribed
             self.group_epoch += 1
-        if self.group_epoch <= self.assignment_epoch:
-            return
+        if self.group_epoch > self.assignment_epoch:
+            self._assign(subscriptions)
+
+    def _assign(self, subscriptions: dict[str, frozenset[str]]) -> None:
         assign = ASSIGNORS[self.assignor()]
-        self.target = assign(subscriptions, subscribed, self.target)
+        self.target = assign(subscriptions, self.subscribed, self.target)
         self.assignment_epoch = self.group_epoch
         log.info("group %s: target assignment at epoch %d for %d member(s)", self.group_id, self.assignment_epoch,
                  len(self.members))
@@ -358,7 +376,7 @@ class ConsumerGroup:
             released = owned is not None and not (_pairs(owned) & _pairs(member.revoking))
             if not released:
                 return False
-            member.revoking = {}
+            self._hold(member, member.assigned, {})
             member.revoke_deadline = None
             member.state = MemberState.STABLE
         if member.epoch == self.assignment_epoch and member.state == MemberState.STABLE:
@@ -366,20 +384,27 @@ class ConsumerGroup:
         target = _pairs(self.target.get(member.member_id, {}))
         current = _pairs(member.assigned)
         if current - target:
-            member.revoking = _grouped(current - target)
-            member.assigned = _grouped(current & target)
+            self._hold(member, _grouped(current & target), _grouped(current - target))
             member.state = MemberState.UNREVOKED_PARTITIONS
             member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
             return True
-        held_elsewhere = set().union(*(m.holds() for m in self.members.values() if m is not member))
-        given = target - held_elsewhere
+        given = {pair for pair in target if self.holders.get(pair, member.member_id) == member.member_id}
         if member.epoch != self.assignment_epoch:
             member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
         member.state = MemberState.STABLE if given == target else MemberState.UNRELEASED_PARTITIONS
         if given == current:
             return False
-        member.assigned = _grouped(given)
+        self._hold(member, _grouped(given), {})
         return True
+
+    def _hold(self, member: ConsumerMember, assigned: Assignment, revoking: Assignment) -> None:
+        """What ``member`` holds from now, kept in :attr:`holders` (the one index of who holds what)."""
+        for pair in member.holds():
+            if self.holders.get(pair) == member.member_id:
+                del self.holders[pair]
+        member.assigned, member.revoking = assigned, revoking
+        for pair in member.holds():
+            self.holders[pair] = member.member_id
 
     # -- offsets' rule ---------------------------------------------------------------------------
 

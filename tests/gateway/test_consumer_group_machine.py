@@ -53,6 +53,7 @@ def _held(group):
         for pair in member.holds():
             assert pair not in seen, f"{pair} held by {seen[pair]} and {member.member_id}"
             seen[pair] = member.member_id
+    assert group.holders == seen  # the coordinator's index of who holds what agrees
     return seen
 
 
