@@ -144,6 +144,7 @@ class ConsumerGroup:
     subscriptions_changed: bool = True
     holders: dict[tuple[str, int], str] = field(default_factory=dict)  # partition → the member holding it
     dead: bool = False
+    changes: int = 0  # changes to what :meth:`snapshot` keeps, so the driver saves only after one
 
     kind = "consumer"
     protocol_type = "consumer"
@@ -203,6 +204,7 @@ class ConsumerGroup:
         if changed:
             self.group_epoch += 1
             self.subscriptions_changed = True
+            self.changes += 1
         self._refresh_target(topics)
         sent = self._reconcile(member, beat.owned, now)
         full = beat.member_epoch == 0 or (beat.owned is not None and _pairs(beat.owned) != _pairs(member.assigned))
@@ -238,6 +240,7 @@ class ConsumerGroup:
                 self.target[beat.member_id] = self.target.pop(old_id)
             for pair in previous.holds():
                 self.holders[pair] = beat.member_id
+            self.changes += 1
             log.info("group %s: static member %s rejoined as %s", self.group_id, beat.instance_id, beat.member_id)
             return previous
         if len(self.members) >= self.settings.consumer_max_size:
@@ -250,6 +253,7 @@ class ConsumerGroup:
             self.static[beat.instance_id] = member.member_id
         self.group_epoch += 1
         self.subscriptions_changed = True
+        self.changes += 1
         log.info("group %s: member %s joined (consumer protocol)", self.group_id, member.member_id)
         return member
 
@@ -298,6 +302,7 @@ class ConsumerGroup:
         if beat.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # Its partitions stay its own until its session ends: a restart gets them back.
             member.left_static = True
+            self.changes += 1
             member.session_deadline = now + self.settings.consumer_session_timeout_ms / 1000
             log.info("group %s: static member %s left for now", self.group_id, member.instance_id)
         else:
@@ -329,6 +334,7 @@ class ConsumerGroup:
 
     def _remove(self, member: ConsumerMember) -> None:
         self.subscriptions_changed = True
+        self.changes += 1
         self._hold(member, {}, {})
         self.members.pop(member.member_id, None)
         self.target.pop(member.member_id, None)
@@ -364,6 +370,7 @@ class ConsumerGroup:
             self._assign(subscriptions)
 
     def _assign(self, subscriptions: dict[str, frozenset[str]]) -> None:
+        self.changes += 1
         assign = ASSIGNORS[self.assignor()]
         self.target = assign(subscriptions, self.subscribed, self.target)
         self.assignment_epoch = self.group_epoch
@@ -391,6 +398,7 @@ class ConsumerGroup:
         given = {pair for pair in target if self.holders.get(pair, member.member_id) == member.member_id}
         if member.epoch != self.assignment_epoch:
             member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
+            self.changes += 1
         member.state = MemberState.STABLE if given == target else MemberState.UNRELEASED_PARTITIONS
         if given == current:
             return False
@@ -399,12 +407,62 @@ class ConsumerGroup:
 
     def _hold(self, member: ConsumerMember, assigned: Assignment, revoking: Assignment) -> None:
         """What ``member`` holds from now, kept in :attr:`holders` (the one index of who holds what)."""
+        self.changes += 1
         for pair in member.holds():
             if self.holders.get(pair) == member.member_id:
                 del self.holders[pair]
         member.assigned, member.revoking = assigned, revoking
         for pair in member.holds():
             self.holders[pair] = member.member_id
+
+    # -- what outlives the coordinator -----------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        """Members, epochs and assignments as JSON values: a new coordinator (after a restart or
+        a slot's move) carries on from them, so members keep their epochs and partitions."""
+        def named(assignment: Assignment) -> dict[str, list[int]]:
+            return {topic: sorted(partitions) for topic, partitions in sorted(assignment.items())}
+
+        return {
+            "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+            "subscribed": dict(self.subscribed),
+            "target": {member: named(assignment) for member, assignment in self.target.items()},
+            "members": [dict(
+                id=m.member_id, instance=m.instance_id, rack=m.rack_id, client_id=m.client_id, host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms, names=sorted(m.subscribed_names),
+                regex=m.subscribed_regex, assignor=m.server_assignor, epoch=m.epoch, previous_epoch=m.previous_epoch,
+                state=m.state.value, assigned=named(m.assigned), revoking=named(m.revoking),
+                left_static=m.left_static) for m in self.members.values()],
+        }
+
+    @classmethod
+    def restore(cls, group_id: str, settings: GroupSettings, snapshot: dict,
+                offsets: dict[tuple[str, int], CommittedOffset], now: float) -> ConsumerGroup:
+        """The group a snapshot describes; every member's session starts again at ``now``."""
+        def assignment(values: dict) -> Assignment:
+            return {str(topic): frozenset(int(p) for p in partitions) for topic, partitions in values.items()}
+
+        group = cls(group_id, settings, group_epoch=int(snapshot["group_epoch"]),
+                    assignment_epoch=int(snapshot["assignment_epoch"]), offsets=offsets,
+                    subscribed={str(t): int(n) for t, n in snapshot.get("subscribed", {}).items()},
+                    target={str(m): assignment(a) for m, a in snapshot.get("target", {}).items()})
+        for item in snapshot.get("members", []):
+            member = ConsumerMember(
+                str(item["id"]), item.get("instance"), item.get("rack"), str(item.get("client_id", "")),
+                str(item.get("host", "")), int(item["rebalance_timeout_ms"]),
+                subscribed_names=frozenset(item.get("names", [])), subscribed_regex=item.get("regex"),
+                server_assignor=item.get("assignor"), epoch=int(item["epoch"]),
+                previous_epoch=int(item.get("previous_epoch", -1)), state=MemberState(item.get("state", "stable")),
+                left_static=bool(item.get("left_static", False)),
+                session_deadline=now + settings.consumer_session_timeout_ms / 1000)
+            group.members[member.member_id] = member
+            if member.instance_id is not None:
+                group.static[member.instance_id] = member.member_id
+            group._hold(member, assignment(item.get("assigned", {})), assignment(item.get("revoking", {})))
+            if member.revoking:
+                member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
+        group.changes = 0
+        return group
 
     # -- offsets' rule ---------------------------------------------------------------------------
 

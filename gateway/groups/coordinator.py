@@ -90,7 +90,11 @@ class GroupCoordinator:
 
     def _install(self, stored: StoredGroup) -> None:
         group: Group
-        if stored.kind == ConsumerGroup.kind:  # its members heartbeat again, from epoch 0
+        if stored.kind == ConsumerGroup.kind and stored.membership is not None:
+            # Its members carry on at their epochs, with their partitions.
+            group = ConsumerGroup.restore(stored.group_id, self.settings, stored.membership, dict(stored.offsets),
+                                          _now())
+        elif stored.kind == ConsumerGroup.kind:
             group = ConsumerGroup(stored.group_id, self.settings, group_epoch=stored.generation,
                                   assignment_epoch=stored.generation, offsets=dict(stored.offsets))
         else:
@@ -148,8 +152,11 @@ class GroupCoordinator:
                 now = _now()
                 for group in list(self.groups.values()):
                     try:
+                        changes = group.changes if isinstance(group, ConsumerGroup) else 0
                         group.tick(now)
                         self._deliver(group)
+                        if isinstance(group, ConsumerGroup) and group.changes != changes:
+                            nursery.start_soon(self._save_after_tick, group)  # members it removed
                     except Exception:  # a bug here must cost one group's timers, not the gateway
                         log.exception("group %s: its timers failed", group.group_id)
                 self._wake = trio.Event()  # after the ticks, whose own deliveries set it
@@ -225,13 +232,18 @@ class GroupCoordinator:
             assignment_epoch=group.generation if group else 0, offsets=group.offsets if group else {})
         return consumer
 
-    def consumer_heartbeat(self, group_id: str, beat: Heartbeat, topics: dict[str, int]) -> HeartbeatAnswer:
-        """A ConsumerGroupHeartbeat (KIP-848); ``topics``: the cluster's topics and their partition counts."""
+    async def consumer_heartbeat(self, group_id: str, beat: Heartbeat, topics: dict[str, int]) -> HeartbeatAnswer:
+        """A ConsumerGroupHeartbeat (KIP-848); ``topics``: the cluster's topics and their partition counts.
+        Answered once the store holds what it changed (epochs, assignments), as Kafka answers once
+        its records are written: a new coordinator then carries on from what members were told."""
         if not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
         group = self._consumer(group_id)
+        changes = group.changes
         answer = group.heartbeat(beat, topics, _now())
         self._rearm(group)
+        if group.changes != changes:
+            await self._save(group)
         return answer
 
     async def join(
@@ -302,6 +314,12 @@ class GroupCoordinator:
         if offsets:
             await self.commit(self._group_or_new(group_id), offsets)
 
+    async def _save_after_tick(self, group: Group) -> None:
+        try:
+            await self._save(group)
+        except Exception as exc:  # the next change saves again; meanwhile the stored state is older, not wrong
+            log.warning("group %s: saving after its members expired failed: %r", group.group_id, exc)
+
     async def _save(self, group: Group) -> None:
         """Returns once the store holds the group's state with this change. One write at a
         time, each of the state as it is then: concurrent commits (pipelined, or by several
@@ -315,8 +333,9 @@ class GroupCoordinator:
             if saving.saved >= change:
                 return
             writing = saving.changes
+            membership = group.snapshot() if isinstance(group, ConsumerGroup) else None
             await self._store.save(StoredGroup(group.group_id, group.generation, group.protocol_type,
-                                               dict(group.offsets), kind=group.kind))
+                                               dict(group.offsets), kind=group.kind, membership=membership))
             saving.saved = writing
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:

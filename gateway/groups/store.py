@@ -48,6 +48,9 @@ class StoredGroup:
     protocol_type: str | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     kind: str = "classic"  # or "consumer": the protocol its members speak (KIP-848)
+    # A consumer-protocol group's members, epochs and assignments (ConsumerGroup.snapshot),
+    # so a new coordinator carries on where the last one answered; classic members are not kept.
+    membership: dict | None = None
 
     def to_json(self) -> bytes:
         topics: dict[str, dict[str, list]] = {}
@@ -58,6 +61,7 @@ class StoredGroup:
         return json.dumps({
             "group_id": self.group_id, "generation": self.generation,
             "protocol_type": self.protocol_type, "offsets": topics, "kind": self.kind,
+            **({"membership": self.membership} if self.membership is not None else {}),
         }).encode()
 
     @classmethod
@@ -68,8 +72,11 @@ class StoredGroup:
             for topic, partitions in document.get("offsets", {}).items()
             for partition, values in partitions.items()
         }
+        membership = document.get("membership")
+        if membership is not None and not isinstance(membership, dict):
+            raise TypeError("membership is not an object")
         return cls(document["group_id"], int(document.get("generation", 0)),
-                   document.get("protocol_type"), offsets, str(document.get("kind", "classic")))
+                   document.get("protocol_type"), offsets, str(document.get("kind", "classic")), membership)
 
 
 @dataclass

@@ -61,7 +61,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
         client_id=request.header.client_id or "", client_host=ctx.peer_host,
     )
     try:
-        answer = ctx.groups.consumer_heartbeat(body.group_id, beat, topics)
+        answer = await ctx.groups.consumer_heartbeat(body.group_id, beat, topics)
     except KafkaError as exc:
         return _heartbeat_error(request, exc.code, str(exc))
     assignment = None

@@ -267,12 +267,13 @@ def test_etcd_restart_the_gateways_recover(cluster, tmp_path):
     verify(cluster, "etcd-restart", 3, acked)
 
 
-def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path, protocol):
     from kafscale.gateway.groups.store import slot_of
 
     create_topic(cluster, "grouped", 6)
     cluster.wait_owned("grouped", 6, {0, 1, 2})
-    group = "survivors"
+    group = f"survivors-{protocol}"
     coordinator = cluster.coordinator_of_slot(slot_of(group, 16), {0, 1, 2})
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
 
@@ -282,10 +283,11 @@ def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path):
         assert producer.flush(60) == 0
 
     produce(0, 2000)
+    # The consumer protocol (KIP-848) takes its session timeout from the coordinator.
+    timeouts = {"session.timeout.ms": 6000} if protocol == "classic" else {"group.protocol": "consumer"}
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                          "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                         "auto.commit.interval.ms": 200, "session.timeout.ms": 6000,
-                         "topic.metadata.refresh.interval.ms": 1000})
+                         "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 1000, **timeouts})
     consumer.subscribe(["grouped"])
     seen: set[bytes] = set()
 

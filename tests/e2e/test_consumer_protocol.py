@@ -169,6 +169,31 @@ def test_commits_survive_a_restart(gateway):
     again.close()
 
 
+def test_members_keep_their_epochs_and_partitions_across_a_gateway_restart(gateway):
+    """The coordinator stores members, epochs and assignments before it answers: after a restart
+    the members carry on with the partitions they had, and nothing is read twice."""
+    make_topic(gateway, "kept", partitions=4, messages=0)
+    group = f"g-{uuid.uuid4()}"
+    members = [_consumer(gateway, group) for _ in range(2)]
+    for member in members:
+        member.subscribe(["kept"])
+    _drain(members, lambda s: all(len(m.assignment()) == 2 for m in members), timeout=30)
+    before = [_partitions(m) for m in members]
+    assert sorted(before[0] + before[1]) == [0, 1, 2, 3]
+    gateway.restart()
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
+    for i in range(80):
+        producer.produce("kept", value=b"%d" % i, partition=i % 4)
+    assert producer.flush(10) == 0
+    seen = _drain(members, lambda s: sum(map(len, s.values())) >= 80, timeout=40)
+    assert sorted(seen[0] + seen[1]) == list(range(80))
+    assert [_partitions(m) for m in members] == before  # no member lost or gained a partition
+    for index, member in enumerate(members):  # each read exactly its own partitions' records
+        assert {v % 4 for v in seen[index]} == set(before[index])
+    for member in members:
+        member.close()
+
+
 def test_regex_subscription_picks_up_a_new_topic(gateway):
     prefix = f"rx{uuid.uuid4().hex[:6]}"
     make_topic(gateway, f"{prefix}-one", partitions=2, messages=10)

@@ -4,6 +4,8 @@ ever given to two members at once, and once everyone heartbeats (acknowledging w
 told), the group reaches its target: every subscribed partition with exactly one member,
 counts within one of each other."""
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -118,6 +120,15 @@ def test_no_partition_is_consumed_twice_and_the_group_converges(script):
     if all(n % 2 for n in clients) or not any(n % 2 for n in clients):  # alike subscriptions: even counts
         counts = [len(m.holds()) for m in group.members.values()]
         assert max(counts) - min(counts) <= 1
+    # A new coordinator restores the stored snapshot: everyone carries on at its epoch, untouched.
+    restored = ConsumerGroup.restore("g", SETTINGS, json.loads(json.dumps(group.snapshot())), {}, now)
+    assert restored.holders == group.holders and restored.group_epoch == group.group_epoch
+    for client in clients.values():
+        client.group = restored
+        epoch, owned = client.epoch, dict(client.owned)
+        answer = client.beat(catalog, now + 1)
+        assert (answer.member_epoch, client.owned) == (epoch, owned)
+    assert restored.state == ConsumerGroupState.STABLE and restored.group_epoch == group.group_epoch
 
 
 def test_a_partition_moves_only_after_its_owner_released_it():
