@@ -384,6 +384,9 @@ class LimitsConfig:
     fetch_max_bytes: int = _opt(
         55 * 2**20, "largest Fetch answer, whatever the client asks (Kafka's fetch.max.bytes); "
         "the first batch is served even if larger", minimum=1024)
+    fetch_session_cache_slots: int = _opt(
+        1000, "incremental fetch sessions (KIP-227) kept at once, over all clients (Kafka's "
+        "max.incremental.fetch.session.cache.slots); 0 serves none", minimum=0)
     connections_max_idle_ms: int = _opt(
         600_000, "close a connection with no request in flight after this long without one", minimum=1)
     connection_stall_ms: int = _opt(

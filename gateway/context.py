@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .budget import RequestMemory
 from .clock import Clock
 from .config import GatewayConfig
+from .fetch_sessions import FetchSessions
 from .groups import GroupCoordinator
 from .lfs import LfsService
 from .log import LogManager
@@ -30,6 +31,7 @@ class GatewayContext:
     access: Access
     transactions: TransactionCoordinator
     lfs: LfsService
+    fetch_sessions: FetchSessions
     ready: bool = False
 
     @property

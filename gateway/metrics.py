@@ -43,6 +43,9 @@ class Metrics:
         self.rebalances = Counter(
             "kafscale_group_rebalances_total", "Consumer-group rebalances started", registry=self.registry
         )
+        self.incremental_fetches = Counter(
+            "kafscale_incremental_fetches_total", "Fetches answered within an incremental fetch session (KIP-227)",
+            registry=self.registry)
         self.authentications = Counter(
             "kafscale_authentications_total", "SASL and TLS authentications", ["mechanism", "result"],
             registry=self.registry,
@@ -164,6 +167,10 @@ class Metrics:
     def watch_groups(self, groups) -> None:
         Gauge("kafscale_damaged_groups", "Groups not served because their stored state is unreadable",
               registry=self.registry).set_function(lambda: len(groups.damaged))
+
+    def watch_fetch_sessions(self, sessions) -> None:
+        Gauge("kafscale_fetch_sessions", "Incremental fetch sessions cached (KIP-227; at most "
+              "fetch_session_cache_slots)", registry=self.registry).set_function(lambda: len(sessions))
 
     def watch_cluster(self, member, etcd) -> None:
         """Cluster mode: what this gateway owns and how much it asks of etcd, read at scrape time."""

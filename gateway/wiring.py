@@ -32,6 +32,7 @@ from .cluster.rebalance import Rebalancer
 from .config import GatewayConfig
 from .context import GatewayContext
 from .etcd import EtcdClient, EtcdError, tls_context
+from .fetch_sessions import FetchSessions
 from .groups import EmbeddedGroupStore, GroupCoordinator
 from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic
 from .groups.settings import GroupSettings
@@ -168,7 +169,8 @@ class Gateway:
         self.coordination = coordination
         self.transactions = transactions
         self.lfs = lfs
-        self.context = GatewayContext(config, clock, logs, metrics, groups, access, transactions, lfs)
+        self.context = GatewayContext(config, clock, logs, metrics, groups, access, transactions, lfs,
+                                      FetchSessions(config.limits.fetch_session_cache_slots))
 
     @property
     def mode(self) -> Mode:
@@ -193,6 +195,7 @@ class Gateway:
             raise StartupError(f"etcd at {self.config.cluster.etcd_endpoints}: {exc}") from exc
         self.metrics.watch_log(self.logs, self.clock.now_ms)
         self.metrics.watch_groups(self.groups)
+        self.metrics.watch_fetch_sessions(self.context.fetch_sessions)
         if isinstance(self.coordination, Clustered):
             self.metrics.watch_cluster(self.coordination.member, self.coordination.etcd)
 

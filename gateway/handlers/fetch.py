@@ -6,6 +6,10 @@ An answer is capped by the request's max_bytes and the gateway's fetch_max_bytes
 budget: what a partition may add is reserved from the connection's account before
 it is read, so many large fetches at once (or one client pipelining them) get
 less, or nothing until memory frees, instead of exhausting it.
+
+Incremental fetch sessions (KIP-227, ``gateway/fetch_sessions.py``): a Fetch of a session
+names only the partitions whose position changed; the session supplies the rest, and the
+answer lists only partitions with something new.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from kafscale.protocol.response_fields import Endpoint
 
 from ..budget import RequestMemory
 from ..context import RequestContext
+from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSession, SessionPartition
 from ..security.acl import Operation
 from .base import check_leader_epoch, leader_hint, register
 
 
 def _targets(ctx: RequestContext, request: Request):
-    """(topic name or None, topic id, topic entry) for each requested topic."""
+    """(topic name or None, topic id, the topic's requested partitions) for each requested topic."""
     by_id: dict | None = None
     for topic in request.body.topics:
         topic_id = getattr(topic, "topic_id", None)
@@ -35,7 +40,50 @@ def _targets(ctx: RequestContext, request: Request):
             if by_id is None:
                 by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
             name = by_id.get(topic_id)
-        yield name, topic_id, topic
+        yield name, topic_id, list(topic.partitions)
+
+
+class _Wanted:
+    """A session partition asked for again, with the attributes of a requested one."""
+
+    __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch")
+
+    def __init__(self, partition: int, kept: SessionPartition) -> None:
+        self.partition = partition
+        self.fetch_offset = kept.fetch_offset
+        self.partition_max_bytes = kept.partition_max_bytes
+        self.current_leader_epoch = kept.current_leader_epoch
+
+
+def _forgotten(ctx: RequestContext, request: Request) -> list[tuple[str, int]]:
+    by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
+    keys = []
+    for topic in getattr(request.body, "forgotten_topics_data", None) or ():
+        topic_id = getattr(topic, "topic_id", None)
+        name = getattr(topic, "topic", None) or (by_id.get(topic_id) if topic_id is not None else None)
+        keys += [(name, int(p)) for p in topic.partitions] if name else []
+    return keys
+
+
+def _session_targets(ctx: RequestContext, request: Request, session: FetchSession) -> list:
+    """The session's partitions after this request's changes and forgotten ones, as targets;
+    partitions whose topic id is unknown are answered, not kept."""
+    unknown = []
+    for name, topic_id, parts in _targets(ctx, request):
+        if name is None:
+            unknown.append((name, topic_id, parts))
+            continue
+        for part in parts:
+            key = (name, part.partition)
+            told = session.partitions[key].told if key in session.partitions else None
+            session.partitions[key] = SessionPartition(topic_id, part.fetch_offset, part.partition_max_bytes,
+                                                       getattr(part, "current_leader_epoch", -1), told)
+    for key in _forgotten(ctx, request):
+        session.partitions.pop(key, None)
+    grouped: dict[str, tuple] = {}
+    for (name, partition), kept in session.partitions.items():
+        grouped.setdefault(name, (name, kept.topic_id, []))[2].append(_Wanted(partition, kept))
+    return unknown + list(grouped.values())
 
 
 READ_COMMITTED = 1
@@ -47,14 +95,44 @@ def _error(request: Request, code: ErrorCode) -> FetchAnswer:
                         for t in request.body.topics])
 
 
+def _session_of(ctx: RequestContext, request: Request) -> tuple[FetchSession | None, bool]:
+    """The request's fetch session, and whether the answer lists only what changed."""
+    body = request.body
+    session_id, epoch = getattr(body, "session_id", 0), getattr(body, "session_epoch", FINAL_EPOCH)
+    sessions, principal, now = ctx.gateway.fetch_sessions, ctx.session.principal, trio.current_time()
+    if session_id == 0:
+        if epoch == INITIAL_EPOCH:  # a new session, answered in full
+            return sessions.open(principal, now), False
+        if epoch != FINAL_EPOCH:
+            raise KafkaError(ErrorCode.invalid_fetch_session_epoch, f"epoch {epoch} without a session")
+        return None, False
+    if epoch == FINAL_EPOCH:  # the client closes its session and fetches in full without one
+        sessions.close(session_id, principal)
+        return None, False
+    session = sessions.resume(session_id, epoch, principal, now)
+    session.epoch += 1
+    return session, True
+
+
 @register(ApiKey.FETCH, error=_error)
 async def handle_fetch(ctx: RequestContext, request: Request):
     body = request.body
+    try:
+        session, incremental = _session_of(ctx, request)
+    except KafkaError as exc:  # a top-level error, no partitions: the client starts a new session
+        return FetchAnswer([], error_code=exc.code, session_id=getattr(body, "session_id", 0))
     max_wait = max(to_millis(body.max_wait), 0) / 1000
     deadline = trio.current_time() + min(max_wait, ctx.config.limits.request_timeout_ms / 1000)
     max_bytes = min(body.max_bytes, ctx.config.limits.fetch_max_bytes) if body.max_bytes > 0 else ctx.config.limits.fetch_max_bytes
     min_bytes = max(body.min_bytes, 0)
-    targets = list(_targets(ctx, request))
+    if incremental:
+        assert session is not None
+        ctx.metrics.incremental_fetches.inc()
+        targets = _session_targets(ctx, request, session)
+    else:
+        targets = list(_targets(ctx, request))
+        if session is not None:
+            _session_targets(ctx, request, session)
     memory = ctx.memory
     # read_committed: nothing at or past the last stable offset, and the aborted transactions
     # of what is returned, whose records the client drops.
@@ -76,8 +154,28 @@ async def handle_fetch(ctx: RequestContext, request: Request):
             for partition_log in logs:
                 partition_log.remove_waiter(woken)
     ctx.metrics.fetched_bytes.inc(total)
-    # session_id 0: no incremental fetch session, clients keep sending full requests.
-    return FetchAnswer(topics, node_endpoints=endpoints)
+    if session is None:
+        return FetchAnswer(topics, node_endpoints=endpoints)
+    return FetchAnswer(_tell(session, topics, incremental), session_id=session.session_id, node_endpoints=endpoints)
+
+
+def _tell(session: FetchSession, topics: list[FetchTopic], incremental: bool) -> list[FetchTopic]:
+    """What the session's client is told: every partition of a full answer; of an incremental
+    one, those with records or with a changed watermark, log start or error (always errors)."""
+    told = []
+    for topic in topics:
+        listed = []
+        for part in topic.partitions:
+            key = (topic.name or "", part.index)
+            if key not in session.partitions:  # an unknown topic id, answered once
+                listed.append(part)
+                continue
+            state = (part.high_watermark, part.last_stable_offset, part.log_start_offset, part.error_code)
+            if session.changed(key, state, bool(part.records) or part.error_code != 0) or not incremental:
+                listed.append(part)
+        if listed:
+            told.append(FetchTopic(topic.name, topic.topic_id, listed))
+    return told
 
 
 async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: RequestMemory | None,
@@ -87,9 +185,9 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
     errors = False
     logs = []
     endpoints: dict[int, Endpoint] = {}  # leaders named in NOT_LEADER_OR_FOLLOWER answers (Fetch v16+)
-    for name, topic_id, topic in targets:
+    for name, topic_id, parts in targets:
         partitions = []
-        for part in topic.partitions:
+        for part in parts:
             if name is None:
                 partitions.append(FetchPartition(part.partition, ErrorCode.unknown_topic_id))
                 errors = True

@@ -188,7 +188,7 @@ def test_members_keep_their_epochs_and_partitions_across_a_gateway_restart(gatew
     seen = _drain(members, lambda s: sum(map(len, s.values())) >= 80, timeout=40)
     assert sorted(seen[0] + seen[1]) == list(range(80))
     assert [_partitions(m) for m in members] == before  # no member lost or gained a partition
-    for index, member in enumerate(members):  # each read exactly its own partitions' records
+    for index in range(len(members)):  # each read exactly its own partitions' records
         assert {v % 4 for v in seen[index]} == set(before[index])
     for member in members:
         member.close()

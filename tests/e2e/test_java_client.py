@@ -28,6 +28,7 @@ def test_producers_and_a_read_committed_static_member(gateway):
     java_client.run("produce", gateway.bootstrap, "jt", "20", "transactional-commit", "snappy")
     read = java_client.run("consume", gateway.bootstrap, "jt", "jg", "70", "read_committed", "member-1")
     assert (read["count"], read["aborted_seen"], read["first"]) == ("70", "0", "idempotent-0")
+    assert gateway.metric("kafscale_incremental_fetches_total") > 0  # the Java consumer fetched in a session
     # removeMembersFromConsumerGroup by group.instance.id (Kafka Streams and operators' tools):
     # Kafka answers with the request's empty member id; answering the resolved one failed it.
     removed = java_client.run("remove-static", gateway.bootstrap, "jg", "member-1")
