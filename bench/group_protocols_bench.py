@@ -38,11 +38,6 @@ MEMBERS = 500
 ROUNDS = 5  # steady heartbeat rounds measured per protocol
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 10 ms
-
-
 def _longest_gaps(bootstrap: str, topic: str, settings: dict) -> list[float]:
     group = f"gap-{uuid.uuid4()}"
     stop = threading.Event()
@@ -121,8 +116,8 @@ async def _send_all(client: Client, api_key: int, version: int, bodies: list) ->
         await client.send(api_key, version, body, index)
 
 
-async def _consumer_protocol_scale(port: int, pid: int, topic: str) -> tuple[float, float]:
-    client = await Client.connect(port)
+async def _consumer_protocol_scale(broker: Broker, topic: str) -> tuple[float, float]:
+    client = await Client.connect(broker.port)
     ids = [f"member-{i}" for i in range(MEMBERS)]
     epochs = dict.fromkeys(ids, 0)
     owned: dict[str, list] = {m: [] for m in ids}
@@ -142,17 +137,17 @@ async def _consumer_protocol_scale(port: int, pid: int, topic: str) -> tuple[flo
         if len(set(epochs.values())) == 1 and sum(len(ps) for m in ids for _, ps in owned[m]) == MEMBERS:
             break
     stable = time.perf_counter() - started
-    before = _cpu_seconds(pid)
+    before = sum(broker.cpu_seconds())
     for _ in range(ROUNDS):
         bodies = [_heartbeat(m, epochs[m], None, [dict(topic_id=t, partitions=ps) for t, ps in owned[m]])
                   for m in ids]
         await _pipelined(client, 68, 1, bodies)
-    per_beat = (_cpu_seconds(pid) - before) / (ROUNDS * MEMBERS)
+    per_beat = (sum(broker.cpu_seconds()) - before) / (ROUNDS * MEMBERS)
     return stable, per_beat
 
 
-async def _classic_scale(port: int, pid: int) -> tuple[float, float]:
-    client = await Client.connect(port)
+async def _classic_scale(broker: Broker) -> tuple[float, float]:
+    client = await Client.connect(broker.port)
     protocols = [dict(name="range", metadata=b"\x00\x01\x00\x00\x00\x01\x00\x05scale\x00\x00\x00\x00")]
 
     def join(member_id: str):
@@ -177,11 +172,11 @@ async def _classic_scale(port: int, pid: int) -> tuple[float, float]:
     stable = time.perf_counter() - started
     beats = [build(request_class(12, 4), dict(group_id="scale-classic", generation_id=generation, member_id=m,
                                               group_instance_id=None)) for m in ids]
-    before = _cpu_seconds(pid)
+    before = sum(broker.cpu_seconds())
     for _ in range(ROUNDS):
         answers = await _pipelined(client, 12, 4, beats)
         assert all(answer.error_code == 0 for answer in answers)
-    per_beat = (_cpu_seconds(pid) - before) / (ROUNDS * MEMBERS)
+    per_beat = (sum(broker.cpu_seconds()) - before) / (ROUNDS * MEMBERS)
     return stable, per_beat
 
 
@@ -205,8 +200,8 @@ def run() -> None:
                 "consumer (KIP-848), uniform": (_longest_gaps(
                     broker.bootstrap, "busy", {"group.protocol": "consumer"}), 5000),
             }
-            consumer_stable, consumer_cpu = trio.run(_consumer_protocol_scale, port, broker.process.pid, "scale")
-            classic_stable, classic_cpu = trio.run(_classic_scale, port, broker.process.pid)
+            consumer_stable, consumer_cpu = trio.run(_consumer_protocol_scale, broker, "scale")
+            classic_stable, classic_cpu = trio.run(_classic_scale, broker)
     gap_rows = []
     for name, (longest, interval) in gaps.items():
         print(f"{name}: longest gaps {', '.join(f'{g:.2f}' for g in longest)} s (heartbeat interval {interval} ms)")

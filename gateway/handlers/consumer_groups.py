@@ -52,10 +52,13 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
         names = tuple(t for t in names if ctx.access.allowed_topic(Operation.DESCRIBE, t, quiet=True))
     topics = {name: info.partitions for name, info in known.items()
               if ctx.access.allowed_topic(Operation.DESCRIBE, name, quiet=True)}
+    member_id = body.member_id
+    if not member_id and body.member_epoch == 0 and request.header.api_version == 0:
+        member_id = str(uuid.uuid4())  # v0: the coordinator may make the id (v1: the client must, KIP-1082)
     beat = Heartbeat(
-        member_id=body.member_id, member_epoch=body.member_epoch, instance_id=body.instance_id,
+        member_id=member_id, member_epoch=body.member_epoch, instance_id=body.instance_id,
         rack_id=body.rack_id, rebalance_timeout_ms=to_millis(body.rebalance_timeout),
-        subscribed_topic_names=names, subscribed_topic_regex=body.subscribed_topic_regex,
+        subscribed_topic_names=names, subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),  # v1+
         server_assignor=body.server_assignor,
         owned=_owned(body.topic_partitions, {info.topic_id: name for name, info in known.items()}),
         client_id=request.header.client_id or "", client_host=ctx.peer_host,

@@ -213,6 +213,10 @@ async def _collect(ctx: RequestContext, targets, max_bytes: int, memory: Request
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
             stable = partition_log.last_stable_offset
+            if part.fetch_offset == (stable if committed_only else high_watermark) and part.fetch_offset >= log_start:
+                # Caught up: nothing to read, reserve or charge (most partitions of a wide consumer).
+                partitions.append(FetchPartition(part.partition, ErrorCode.none, high_watermark, stable, log_start))
+                continue
             records: list[memoryview] = []
             size = 0
             want = min(max(part.partition_max_bytes, 0), max_bytes - total)
