@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["ASSIGNORS", "DEFAULT_ASSIGNOR", "Assignment", "uniform", "range_assignor"]
+__all__ = ["ASSIGNORS", "DEFAULT_ASSIGNOR", "Assignment", "pairs_of", "assignment_of", "uniform", "range_assignor"]
 
 Assignment = dict[str, frozenset[int]]  # topic → partitions
 
 
-def _flatten(assignment: Assignment) -> set[tuple[str, int]]:
+def pairs_of(assignment: Assignment) -> set[tuple[str, int]]:
     return {(topic, p) for topic, partitions in assignment.items() for p in partitions}
 
 
-def _group(pairs: set[tuple[str, int]]) -> Assignment:
+def assignment_of(pairs: set[tuple[str, int]]) -> Assignment:
     grouped: dict[str, set[int]] = {}
     for topic, partition in pairs:
         grouped.setdefault(topic, set()).add(partition)
@@ -33,7 +33,7 @@ def uniform(subscriptions: Mapping[str, frozenset[str]], partitions: Mapping[str
     owned: dict[str, set[tuple[str, int]]] = {m: set() for m in members}
     taken: set[tuple[str, int]] = set()
     for member in members:  # keep what is still valid and not claimed twice
-        for topic, partition in sorted(_flatten(current.get(member, {}))):
+        for topic, partition in sorted(pairs_of(current.get(member, {}))):
             key = (topic, partition)
             if topic in subscriptions[member] and partition < partitions.get(topic, 0) and key not in taken:
                 owned[member].add(key)
@@ -42,7 +42,7 @@ def uniform(subscriptions: Mapping[str, frozenset[str]], partitions: Mapping[str
         _balance_alike(members, owned, taken, subscriptions, partitions)
     else:
         _balance_mixed(members, owned, taken, subscriptions, partitions)
-    return {member: _group(owned[member]) for member in members}
+    return {member: assignment_of(owned[member]) for member in members}
 
 
 def _balance_alike(members: list[str], owned: dict[str, set[tuple[str, int]]], taken: set[tuple[str, int]],

@@ -31,7 +31,7 @@ import re2  # type: ignore[import-untyped]
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.group_records import GroupMember
 
-from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
+from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, assignment_of, pairs_of
 from .settings import GroupSettings
 from .store import CommittedOffset
 
@@ -104,18 +104,7 @@ class ConsumerMember:
     left_static: bool = False  # left with epoch -2: its place is kept for its instance id
 
     def holds(self) -> set[tuple[str, int]]:
-        return {(t, p) for part in (self.assigned, self.revoking) for t, ps in part.items() for p in ps}
-
-
-def _pairs(assignment: Assignment) -> set[tuple[str, int]]:
-    return {(t, p) for t, ps in assignment.items() for p in ps}
-
-
-def _grouped(pairs: set[tuple[str, int]]) -> Assignment:
-    out: dict[str, set[int]] = {}
-    for topic, partition in pairs:
-        out.setdefault(topic, set()).add(partition)
-    return {t: frozenset(ps) for t, ps in out.items()}
+        return pairs_of(self.assigned) | pairs_of(self.revoking)
 
 
 def compile_regex(pattern: str) -> re2._Regexp:
@@ -207,7 +196,7 @@ class ConsumerGroup:
             self.changes += 1
         self._refresh_target(topics)
         sent = self._reconcile(member, beat.owned, now)
-        full = beat.member_epoch == 0 or (beat.owned is not None and _pairs(beat.owned) != _pairs(member.assigned))
+        full = beat.member_epoch == 0 or (beat.owned is not None and pairs_of(beat.owned) != pairs_of(member.assigned))
         return HeartbeatAnswer(member.member_id, member.epoch, self.settings.consumer_heartbeat_interval_ms,
                                member.assigned if sent or full else None)
 
@@ -264,7 +253,7 @@ class ConsumerGroup:
         if beat.member_epoch == member.epoch:
             return member
         if beat.member_epoch == member.previous_epoch and (
-                beat.owned is None or _pairs(beat.owned) <= _pairs(member.assigned)):
+                beat.owned is None or pairs_of(beat.owned) <= pairs_of(member.assigned)):
             return member  # its last answer was lost: it is sent again
         raise KafkaError(ErrorCode.fenced_member_epoch,
                          f"member epoch {beat.member_epoch} is not {member.epoch}")
@@ -380,7 +369,7 @@ class ConsumerGroup:
     def _reconcile(self, member: ConsumerMember, owned: Assignment | None, now: float) -> bool:
         """One step of the member toward its target; whether what it may consume changed."""
         if member.state == MemberState.UNREVOKED_PARTITIONS:
-            released = owned is not None and not (_pairs(owned) & _pairs(member.revoking))
+            released = owned is not None and not (pairs_of(owned) & pairs_of(member.revoking))
             if not released:
                 return False
             self._hold(member, member.assigned, {})
@@ -388,10 +377,10 @@ class ConsumerGroup:
             member.state = MemberState.STABLE
         if member.epoch == self.assignment_epoch and member.state == MemberState.STABLE:
             return False
-        target = _pairs(self.target.get(member.member_id, {}))
-        current = _pairs(member.assigned)
+        target = pairs_of(self.target.get(member.member_id, {}))
+        current = pairs_of(member.assigned)
         if current - target:
-            self._hold(member, _grouped(current & target), _grouped(current - target))
+            self._hold(member, assignment_of(current & target), assignment_of(current - target))
             member.state = MemberState.UNREVOKED_PARTITIONS
             member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
             return True
@@ -402,7 +391,7 @@ class ConsumerGroup:
         member.state = MemberState.STABLE if given == target else MemberState.UNRELEASED_PARTITIONS
         if given == current:
             return False
-        self._hold(member, _grouped(given), {})
+        self._hold(member, assignment_of(given), {})
         return True
 
     def _hold(self, member: ConsumerMember, assigned: Assignment, revoking: Assignment) -> None:

@@ -4,8 +4,6 @@ coordinator: 3 members on 6 partitions, members joining, leaving and killed -9, 
 coming back to their partitions, commits surviving a restart, a regex subscription picking up
 a new topic, and a classic group moved to the new protocol keeping its offsets."""
 
-import subprocess
-import sys
 import time
 import uuid
 
@@ -15,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.e2e.conftest import make_topic
 from tests.support.gateway_process import GatewayProcess
+from tests.support.group_scenarios import churn, drain
 
 SESSION_MS = 6000
 
@@ -34,18 +33,6 @@ def _consumer(gateway, group, **extra):
                      "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
 
 
-def _drain(consumers, until, timeout=60.0):
-    seen = {i: [] for i in range(len(consumers))}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not until(seen):
-        for i, consumer in enumerate(consumers):
-            message = consumer.poll(0.05)
-            if message is not None and not message.error():
-                seen[i].append(int(message.value()))
-                consumer.commit(message, asynchronous=False)
-    return seen
-
-
 def _partitions(consumer) -> list[int]:
     return sorted(p.partition for p in consumer.assignment())
 
@@ -56,79 +43,18 @@ def test_three_members_share_six_partitions_each_message_once(gateway):
     consumers = [_consumer(gateway, group) for _ in range(3)]
     for consumer in consumers:
         consumer.subscribe(["shared"])
-    seen = _drain(consumers, lambda s: sum(map(len, s.values())) >= 600)
+    seen = drain(consumers, lambda s: sum(map(len, s.values())) >= 600)
     assert sorted(v for values in seen.values() for v in values) == list(range(600))
-    _drain(consumers, lambda s: all(len(c.assignment()) == 2 for c in consumers), timeout=20)
+    drain(consumers, lambda s: all(len(c.assignment()) == 2 for c in consumers), timeout=20)
     assert sorted(p for c in consumers for p in _partitions(c)) == list(range(6))
     assert [len(c.assignment()) for c in consumers] == [2, 2, 2]  # the uniform assignor: even
     for consumer in consumers:
         consumer.close()
 
 
-MEMBER_SCRIPT = r"""
-import sys
-from confluent_kafka import Consumer
-bootstrap, group, topic = sys.argv[1:4]
-consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
-consumer.subscribe([topic])
-while True:
-    message = consumer.poll(0.1)
-    if message is not None and not message.error():
-        consumer.commit(message, asynchronous=False)
-        print(int(message.value()), flush=True)
-"""
-
-
 def test_join_leave_and_kill_lose_nothing(gateway):
     make_topic(gateway, "churn", messages=0)
-    group = f"g-{uuid.uuid4()}"
-    producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all"})
-    produced = 0
-
-    def produce(n):
-        nonlocal produced
-        for _ in range(n):
-            producer.produce("churn", value=b"%d" % produced, partition=produced % 6)
-            produced += 1
-        assert producer.flush(10) == 0
-
-    first, second = _consumer(gateway, group), _consumer(gateway, group)
-    first.subscribe(["churn"])
-    produce(120)
-    consumed = _drain([first], lambda s: len(s[0]) >= 120)[0]
-    second.subscribe(["churn"])  # a member joins
-    produce(120)
-    seen = _drain([first, second], lambda s: len(s[0]) + len(s[1]) >= 120 and all(s.values()))
-    consumed += seen[0] + seen[1]
-    second.close()  # a member leaves
-    produce(120)
-    consumed += _drain([first], lambda s: len(s[0]) >= 120)[0]
-    third = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, gateway.bootstrap, group, "churn"],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(first.assignment()) == 6:
-            message = first.poll(0.1)
-            if message is not None and not message.error():
-                consumed.append(int(message.value()))
-                first.commit(message, asynchronous=False)
-        assert len(first.assignment()) < 6, "the third member never got partitions"
-        time.sleep(1)
-    finally:
-        third.kill()  # kill -9: no leave, no more heartbeats
-        output, _ = third.communicate()
-    consumed += [int(line) for line in output.split()]
-    produce(120)
-    deadline = time.monotonic() + SESSION_MS / 1000 + 20
-    while time.monotonic() < deadline and not (len(first.assignment()) == 6 and set(consumed) >= set(range(produced))):
-        message = first.poll(0.1)
-        if message is not None and not message.error():
-            consumed.append(int(message.value()))
-            first.commit(message, asynchronous=False)
-    assert set(consumed) == set(range(produced))  # at least once; duplicates only where a partition moved
-    assert len(first.assignment()) == 6
-    first.close()
+    churn(gateway.bootstrap, "churn", f"g-{uuid.uuid4()}", {"group.protocol": "consumer"}, SESSION_MS / 1000)
 
 
 def test_static_member_comes_back_to_its_partitions(gateway):
@@ -137,7 +63,7 @@ def test_static_member_comes_back_to_its_partitions(gateway):
     members = [_consumer(gateway, group, **{"group.instance.id": f"instance-{i}"}) for i in range(2)]
     for member in members:
         member.subscribe(["static"])
-    _drain(members, lambda s: sum(map(len, s.values())) >= 40 and all(len(m.assignment()) == 2 for m in members))
+    drain(members, lambda s: sum(map(len, s.values())) >= 40 and all(len(m.assignment()) == 2 for m in members))
     before = [_partitions(m) for m in members]
     members[1].close()  # a static member leaves for now (epoch -2): its partitions wait for it
     replacement = _consumer(gateway, group, **{"group.instance.id": "instance-1"})
@@ -157,14 +83,14 @@ def test_commits_survive_a_restart(gateway):
     group = f"g-{uuid.uuid4()}"
     consumer = _consumer(gateway, group)
     consumer.subscribe(["resume"])
-    seen = _drain([consumer], lambda s: len(s[0]) >= 60)
+    seen = drain([consumer], lambda s: len(s[0]) >= 60)
     consumer.close()
     gateway.restart()
     again = _consumer(gateway, group)
     committed = again.committed([TopicPartition("resume", 0), TopicPartition("resume", 1)], timeout=10)
     assert sum(tp.offset for tp in committed) == len(seen[0])
     again.subscribe(["resume"])
-    rest = _drain([again], lambda s: len(s[0]) >= 100 - len(seen[0]))
+    rest = drain([again], lambda s: len(s[0]) >= 100 - len(seen[0]))
     assert sorted(seen[0] + rest[0]) == list(range(100))
     again.close()
 
@@ -177,7 +103,7 @@ def test_members_keep_their_epochs_and_partitions_across_a_gateway_restart(gatew
     members = [_consumer(gateway, group) for _ in range(2)]
     for member in members:
         member.subscribe(["kept"])
-    _drain(members, lambda s: all(len(m.assignment()) == 2 for m in members), timeout=30)
+    drain(members, lambda s: all(len(m.assignment()) == 2 for m in members), timeout=30)
     before = [_partitions(m) for m in members]
     assert sorted(before[0] + before[1]) == [0, 1, 2, 3]
     gateway.restart()
@@ -185,7 +111,7 @@ def test_members_keep_their_epochs_and_partitions_across_a_gateway_restart(gatew
     for i in range(80):
         producer.produce("kept", value=b"%d" % i, partition=i % 4)
     assert producer.flush(10) == 0
-    seen = _drain(members, lambda s: sum(map(len, s.values())) >= 80, timeout=40)
+    seen = drain(members, lambda s: sum(map(len, s.values())) >= 80, timeout=40)
     assert sorted(seen[0] + seen[1]) == list(range(80))
     assert [_partitions(m) for m in members] == before  # no member lost or gained a partition
     for index in range(len(members)):  # each read exactly its own partitions' records
@@ -199,9 +125,9 @@ def test_regex_subscription_picks_up_a_new_topic(gateway):
     make_topic(gateway, f"{prefix}-one", partitions=2, messages=10)
     consumer = _consumer(gateway, f"g-{uuid.uuid4()}", **{"topic.metadata.refresh.interval.ms": 1000})
     consumer.subscribe([f"^{prefix}-.*"])
-    _drain([consumer], lambda s: len(s[0]) >= 10)
+    drain([consumer], lambda s: len(s[0]) >= 10)
     make_topic(gateway, f"{prefix}-two", partitions=2, messages=10)
-    seen = _drain([consumer], lambda s: len(s[0]) >= 10, timeout=30)
+    seen = drain([consumer], lambda s: len(s[0]) >= 10, timeout=30)
     assert sorted(seen[0]) == list(range(10))
     assert {p.topic for p in consumer.assignment()} == {f"{prefix}-one", f"{prefix}-two"}
     consumer.close()
@@ -213,11 +139,11 @@ def test_a_classic_group_moves_to_the_consumer_protocol_keeping_its_offsets(gate
     classic = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                         "enable.auto.commit": False})
     classic.subscribe(["moving"])
-    first = _drain([classic], lambda s: len(s[0]) >= 45)[0]
+    first = drain([classic], lambda s: len(s[0]) >= 45)[0]
     classic.close()  # the last classic member leaves: the group is empty
     modern = _consumer(gateway, group)
     modern.subscribe(["moving"])
-    rest = _drain([modern], lambda s: len(s[0]) >= 90 - len(first))[0]
+    rest = drain([modern], lambda s: len(s[0]) >= 90 - len(first))[0]
     assert sorted(first + rest) == list(range(90))  # nothing skipped, nothing read twice
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
     listed = admin.list_consumer_groups().result(10)
