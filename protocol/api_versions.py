@@ -79,9 +79,9 @@ class VersionRange:
 # message formats (docs/compatibility.md says why they are refused).
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.PRODUCE: VersionRange(3, 11),
-    ApiKey.FETCH: VersionRange(4, 17),
-    ApiKey.LIST_OFFSETS: VersionRange(0, 9),
-    ApiKey.METADATA: VersionRange(0, 12),
+    ApiKey.FETCH: VersionRange(4, 18),  # v18 (Kafka 4.1): a replica's high watermark, a tagged field
+    ApiKey.LIST_OFFSETS: VersionRange(0, 10),  # v10: a timeout for remote storage, answered at once here
+    ApiKey.METADATA: VersionRange(0, 13),  # v13: a top-level error code
     ApiKey.OFFSET_COMMIT: VersionRange(0, 10),  # v10 (Kafka 4.1): topics by id
     ApiKey.OFFSET_FETCH: VersionRange(0, 10),
     ApiKey.FIND_COORDINATOR: VersionRange(0, 6),
@@ -117,7 +117,7 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
-    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
+    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 2),  # v2 (KIP-1152): a transactional id pattern
     ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
     ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),  # v0 (no pattern types) is pre-2.0 and not in kio
     ApiKey.CREATE_ACLS: VersionRange(1, 3),

@@ -4,7 +4,7 @@ A Fetch answer is mostly record batches the gateway already holds (cached log ob
 and segments). kio would copy each into its output buffer, and ``getvalue`` once more;
 here an answer is a list of buffers: small encoded runs of the fields around the
 records, and the stored batches themselves as memoryviews, ready for one ``sendmsg``.
-Fetch v4 to v17 (every version served); a hypothesis test holds this encoder equal to
+Fetch v4 to v18 (every version served); a hypothesis test holds this encoder equal to
 kio's on each of them.
 """
 

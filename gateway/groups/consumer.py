@@ -26,11 +26,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import re2  # type: ignore[import-untyped]
-
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.group_records import GroupMember
 
+from ..patterns import compile_regex
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, assignment_of, pairs_of
 from .settings import GroupSettings
 from .store import CommittedOffset
@@ -105,15 +104,6 @@ class ConsumerMember:
 
     def holds(self) -> set[tuple[str, int]]:
         return pairs_of(self.assigned) | pairs_of(self.revoking)
-
-
-def compile_regex(pattern: str) -> re2._Regexp:
-    """The subscription's pattern in RE2 syntax (Kafka's RE2/J), matched against whole topic names."""
-    try:
-        return re2.compile(pattern)
-    except re2.error as exc:
-        raise KafkaError(ErrorCode.invalid_regular_expression,
-                         f"invalid regular expression {pattern!r}: {exc}") from None
 
 
 @dataclass(eq=False)

@@ -47,7 +47,7 @@ def _error_topic(request: Request, name, topic_id, code: ErrorCode) -> dict:
 
 async def _response(ctx: RequestContext, request: Request, topics: list[dict]):
     values = dict(brokers=ctx.brokers(), cluster_id=ctx.config.network.cluster_id,
-                  controller_id=ctx.ownership.controller_id(), topics=topics)
+                  controller_id=ctx.ownership.controller_id(), topics=topics, error_code=ErrorCode.none)  # v13+
     if getattr(request.body, "include_topic_authorized_operations", False):
         for topic in topics:
             if topic["error_code"] == ErrorCode.none:
@@ -65,7 +65,7 @@ async def _response(ctx: RequestContext, request: Request, topics: list[dict]):
 def _error(request: Request, code: ErrorCode):
     requested = request.body.topics or ()
     topics = [_error_topic(request, getattr(t, "name", None), getattr(t, "topic_id", None), code) for t in requested]
-    return respond(request, dict(brokers=[], cluster_id=None, controller_id=-1, topics=topics))
+    return respond(request, dict(brokers=[], cluster_id=None, controller_id=-1, topics=topics, error_code=code))
 
 
 @register(ApiKey.METADATA, error=_error, large_answers=True)

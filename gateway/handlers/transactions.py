@@ -18,6 +18,7 @@ from kafscale.protocol.messages import Request
 from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
 
 from ..context import RequestContext
+from ..patterns import compile_regex
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
@@ -295,10 +296,17 @@ async def handle_list_transactions(ctx: RequestContext, request: Request):
     states = set(body.state_filters)
     producers = set(body.producer_id_filters)
     duration = getattr(body, "duration_filter", -1)  # v1 (KIP-994): running longer than this
+    pattern = getattr(body, "transactional_id_pattern", None)  # v2 (KIP-1152): RE2, as Kafka's RE2/J
+    try:
+        matches = compile_regex(pattern).fullmatch if pattern else None
+    except KafkaError as exc:
+        return respond(request, dict(error_code=exc.code, unknown_state_filters=[], transaction_states=[]))
     now = ctx.transactions.now_ms()
     listed = []
     for txn in await ctx.transactions.all():
         if states and txn.state.value not in states or producers and txn.producer_id not in producers:
+            continue
+        if matches is not None and not matches(txn.transactional_id):
             continue
         if duration >= 0 and not (txn.state == TxnState.ONGOING and now - txn.started_ms > duration):
             continue

@@ -97,3 +97,38 @@ async def test_heartbeat_refusals_carry_kafkas_codes():
         joined = await gateway.call(68, 1, _beat("m", 0, subscribed_topic_names=["t"]))
         fenced = await gateway.call(68, 1, _beat("m", joined.member_epoch + 1))
         assert fenced.error_code == ErrorCode.fenced_member_epoch
+
+
+async def test_kafka_4_versions_of_metadata_list_offsets_fetch_and_list_transactions():
+    async with direct_gateway() as gateway:
+        topic_id = await _topic_id(gateway, "four", 1)
+        metadata = await gateway.call(3, 13, _request(3, 13, topics=[dict(topic_id=None, name="four")],
+                                                      allow_auto_topic_creation=False,
+                                                      include_topic_authorized_operations=False))
+        assert metadata.error_code == ErrorCode.none and metadata.topics[0].topic_id == topic_id
+        offsets = await gateway.call(2, 10, _request(2, 10, replica_id=-1, isolation_level=0, timeout=5000, topics=[
+            dict(name="four", partitions=[dict(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]))
+        assert offsets.topics[0].partitions[0].offset == 0
+        fetched = await gateway.call(1, 18, _request(1, 18, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+                                                     isolation_level=0, session_id=0, session_epoch=-1,
+                                                     topics=[dict(topic_id=topic_id, partitions=[dict(
+                                                         partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                         last_fetched_epoch=-1, log_start_offset=-1,
+                                                         partition_max_bytes=1 << 20)])],
+                                                     forgotten_topics_data=[], rack_id=""))
+        assert fetched.responses[0].partitions[0].error_code == ErrorCode.none
+        for ids in (["orders-1", "orders-2", "audit-1"],):
+            for transactional_id in ids:
+                answer = await gateway.call(22, 5, _request(22, 5, transactional_id=transactional_id,
+                                                            transaction_timeout=60_000, producer_id=-1,
+                                                            producer_epoch=-1))
+                assert answer.error_code == ErrorCode.none
+
+        def listing(pattern):
+            return _request(66, 2, state_filters=[], producer_id_filters=[], duration_filter=-1,
+                            transactional_id_pattern=pattern)
+
+        listed = await gateway.call(66, 2, listing("orders-.*"))
+        assert sorted(t.transactional_id for t in listed.transaction_states) == ["orders-1", "orders-2"]
+        assert len((await gateway.call(66, 2, listing(None))).transaction_states) == 3
+        assert (await gateway.call(66, 2, listing("(a)\\1"))).error_code == ErrorCode.invalid_regular_expression
