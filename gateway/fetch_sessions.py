@@ -82,23 +82,24 @@ class FetchSessions:
         session_id = self._random.randint(1, 2**31 - 1)
         while session_id in self._sessions:
             session_id = self._random.randint(1, 2**31 - 1)
-        session = FetchSession(session_id, principal, last_used=now)
-        self._sessions[session_id] = session
-        return session
+        fetch_session = FetchSession(session_id, principal, last_used=now)
+        self._sessions[session_id] = fetch_session
+        return fetch_session
 
     def resume(self, session_id: int, epoch: int, principal: str, now: float) -> FetchSession:
-        """The session a Fetch names, at the epoch it must carry; Kafka's errors otherwise."""
-        session = self._sessions.get(session_id)
-        if session is None or session.principal != principal:  # another principal's session is not found
+        """The session a Fetch names, at the epoch it must carry (then the next); Kafka's errors otherwise."""
+        fetch_session = self._sessions.get(session_id)
+        if fetch_session is None or fetch_session.principal != principal:  # another principal's session is not found
             raise KafkaError(ErrorCode.fetch_session_id_not_found, f"no fetch session {session_id}")
-        if epoch != session.epoch:
+        if epoch != fetch_session.epoch:
             raise KafkaError(ErrorCode.invalid_fetch_session_epoch,
-                             f"fetch session {session_id} expects epoch {session.epoch}, not {epoch}")
-        session.last_used = now
+                             f"fetch session {session_id} expects epoch {fetch_session.epoch}, not {epoch}")
+        fetch_session.last_used = now
+        fetch_session.epoch += 1  # the next Fetch of it must carry the next epoch
         self._sessions.move_to_end(session_id)
-        return session
+        return fetch_session
 
     def close(self, session_id: int, principal: str) -> None:
-        session = self._sessions.get(session_id)
-        if session is not None and session.principal == principal:
+        fetch_session = self._sessions.get(session_id)
+        if fetch_session is not None and fetch_session.principal == principal:
             del self._sessions[session_id]

@@ -62,6 +62,7 @@ class ApiKey(enum.IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,7 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: VersionRange(0, 1),  # KIP-848, the consumer group protocol
     ApiKey.CONSUMER_GROUP_DESCRIBE: VersionRange(0, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: VersionRange(0, 0),  # KIP-966, the Java admin's describeTopics
 }
 
 

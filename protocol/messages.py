@@ -28,6 +28,7 @@ from .legacy import legacy, target_version
 from .produce_request import decode_produce_body
 from .produce_response import ProduceAnswer, encode_produce_response
 from .response_fields import Buffer
+from .topic_partitions_request import decode_topic_partitions_body
 
 __all__ = [
     "RequestHeader",
@@ -154,6 +155,9 @@ def decode_request(frame: bytes | bytearray, *, strict: bool = False) -> Request
             body, size = build(body_type, values), end - pos
         elif prefix.api_key == ApiKey.PRODUCE:
             body, size = decode_produce_body(body_type, frame, pos)  # its records not copied
+        elif prefix.api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:  # a nullable struct kio cannot read
+            values, end = decode_topic_partitions_body(bytes(frame), pos)
+            body, size = build(body_type, values), end - pos
         else:
             frame = bytes(frame)  # kio reads only read-only buffers (a no-op for bytes)
             check_lengths(body_type, frame, pos)  # before kio: see guard.py

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     replicas,
     sasl,
     scram_users,
+    topic_partitions,
     topics,
     transactions,
 )

@@ -7,8 +7,8 @@ budget: what a partition may add is reserved from the connection's account befor
 it is read, so many large fetches at once (or one client pipelining them) get
 less, or nothing until memory frees, instead of exhausting it.
 
-Incremental fetch sessions (KIP-227, ``gateway/fetch_sessions.py``): a Fetch of a session
-names only the partitions whose position changed; the session supplies the rest, and the
+Incremental fetch sessions (KIP-227, ``gateway/fetch_sessions.py``): a Fetch of a fetch_session
+names only the partitions whose position changed; the fetch_session supplies the rest, and the
 answer lists only partitions with something new.
 """
 
@@ -65,7 +65,7 @@ def _forgotten(ctx: RequestContext, request: Request) -> list[tuple[str, int]]:
     return keys
 
 
-def _session_targets(ctx: RequestContext, request: Request, session: FetchSession) -> list:
+def _session_targets(ctx: RequestContext, request: Request, fetch_session: FetchSession) -> list:
     """The session's partitions after this request's changes and forgotten ones, as targets;
     partitions whose topic id is unknown are answered, not kept."""
     unknown = []
@@ -75,13 +75,13 @@ def _session_targets(ctx: RequestContext, request: Request, session: FetchSessio
             continue
         for part in parts:
             key = (name, part.partition)
-            told = session.partitions[key].told if key in session.partitions else None
-            session.partitions[key] = SessionPartition(topic_id, part.fetch_offset, part.partition_max_bytes,
+            told = fetch_session.partitions[key].told if key in fetch_session.partitions else None
+            fetch_session.partitions[key] = SessionPartition(topic_id, part.fetch_offset, part.partition_max_bytes,
                                                        getattr(part, "current_leader_epoch", -1), told)
     for key in _forgotten(ctx, request):
-        session.partitions.pop(key, None)
+        fetch_session.partitions.pop(key, None)
     grouped: dict[str, tuple] = {}
-    for (name, partition), kept in session.partitions.items():
+    for (name, partition), kept in fetch_session.partitions.items():
         grouped.setdefault(name, (name, kept.topic_id, []))[2].append(_Wanted(partition, kept))
     return unknown + list(grouped.values())
 
@@ -109,16 +109,14 @@ def _session_of(ctx: RequestContext, request: Request) -> tuple[FetchSession | N
     if epoch == FINAL_EPOCH:  # the client closes its session and fetches in full without one
         sessions.close(session_id, principal)
         return None, False
-    session = sessions.resume(session_id, epoch, principal, now)
-    session.epoch += 1
-    return session, True
+    return sessions.resume(session_id, epoch, principal, now), True
 
 
 @register(ApiKey.FETCH, error=_error)
 async def handle_fetch(ctx: RequestContext, request: Request):
     body = request.body
     try:
-        session, incremental = _session_of(ctx, request)
+        fetch_session, incremental = _session_of(ctx, request)
     except KafkaError as exc:  # a top-level error, no partitions: the client starts a new session
         return FetchAnswer([], error_code=exc.code, session_id=getattr(body, "session_id", 0))
     max_wait = max(to_millis(body.max_wait), 0) / 1000
@@ -126,13 +124,13 @@ async def handle_fetch(ctx: RequestContext, request: Request):
     max_bytes = min(body.max_bytes, ctx.config.limits.fetch_max_bytes) if body.max_bytes > 0 else ctx.config.limits.fetch_max_bytes
     min_bytes = max(body.min_bytes, 0)
     if incremental:
-        assert session is not None
+        assert fetch_session is not None
         ctx.metrics.incremental_fetches.inc()
-        targets = _session_targets(ctx, request, session)
+        targets = _session_targets(ctx, request, fetch_session)
     else:
         targets = list(_targets(ctx, request))
-        if session is not None:
-            _session_targets(ctx, request, session)
+        if fetch_session is not None:
+            _session_targets(ctx, request, fetch_session)
     memory = ctx.memory
     # read_committed: nothing at or past the last stable offset, and the aborted transactions
     # of what is returned, whose records the client drops.
@@ -154,12 +152,12 @@ async def handle_fetch(ctx: RequestContext, request: Request):
             for partition_log in logs:
                 partition_log.remove_waiter(woken)
     ctx.metrics.fetched_bytes.inc(total)
-    if session is None:
+    if fetch_session is None:
         return FetchAnswer(topics, node_endpoints=endpoints)
-    return FetchAnswer(_tell(session, topics, incremental), session_id=session.session_id, node_endpoints=endpoints)
+    return FetchAnswer(_tell(fetch_session, topics, incremental), session_id=fetch_session.session_id, node_endpoints=endpoints)
 
 
-def _tell(session: FetchSession, topics: list[FetchTopic], incremental: bool) -> list[FetchTopic]:
+def _tell(fetch_session: FetchSession, topics: list[FetchTopic], incremental: bool) -> list[FetchTopic]:
     """What the session's client is told: every partition of a full answer; of an incremental
     one, those with records or with a changed watermark, log start or error (always errors)."""
     told = []
@@ -167,11 +165,11 @@ def _tell(session: FetchSession, topics: list[FetchTopic], incremental: bool) ->
         listed = []
         for part in topic.partitions:
             key = (topic.name or "", part.index)
-            if key not in session.partitions:  # an unknown topic id, answered once
+            if key not in fetch_session.partitions:  # an unknown topic id, answered once
                 listed.append(part)
                 continue
             state = (part.high_watermark, part.last_stable_offset, part.log_start_offset, part.error_code)
-            if session.changed(key, state, bool(part.records) or part.error_code != 0) or not incremental:
+            if fetch_session.changed(key, state, bool(part.records) or part.error_code != 0) or not incremental:
                 listed.append(part)
         if listed:
             told.append(FetchTopic(topic.name, topic.topic_id, listed))

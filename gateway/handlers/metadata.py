@@ -19,7 +19,7 @@ from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
 
-def _partition_entry(ctx: RequestContext, topic: str, partition: int) -> dict:
+def partition_entry(ctx: RequestContext, topic: str, partition: int) -> dict:
     leader = ctx.ownership.leader(topic, partition)
     if leader is None:  # between owners (a gateway left or joined): clients retry
         return dict(error_code=ErrorCode.leader_not_available, partition_index=partition, leader_id=-1,
@@ -34,7 +34,7 @@ async def _topic_entry(ctx: RequestContext, info) -> dict:
     for partition in range(info.partitions):
         if partition % 1000 == 999:  # a large catalog must not hold the event loop
             await trio.lowlevel.checkpoint()
-        partitions.append(_partition_entry(ctx, info.name, partition))
+        partitions.append(partition_entry(ctx, info.name, partition))
     return dict(error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id,
                 is_internal=info.name in INTERNAL_TOPICS, partitions=partitions)
 

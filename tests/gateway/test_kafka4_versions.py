@@ -132,3 +132,28 @@ async def test_kafka_4_versions_of_metadata_list_offsets_fetch_and_list_transact
         assert sorted(t.transactional_id for t in listed.transaction_states) == ["orders-1", "orders-2"]
         assert len((await gateway.call(66, 2, listing(None))).transaction_states) == 3
         assert (await gateway.call(66, 2, listing("(a)\\1"))).error_code == ErrorCode.invalid_regular_expression
+
+
+async def test_describe_topic_partitions_pages_with_its_cursor():
+    async with direct_gateway() as gateway:
+        await _topic_id(gateway, "alpha", 3)
+        await _topic_id(gateway, "beta", 4)
+
+        def describe(names, limit, cursor=None):
+            return _request(75, 0, topics=[dict(name=n) for n in names], response_partition_limit=limit,
+                            cursor=cursor)
+
+        pages, cursor = [], None
+        while True:
+            answer = await gateway.call(75, 0, describe([], 2, cursor))
+            pages.append([(t.name, [p.partition_index for p in t.partitions]) for t in answer.topics])
+            if answer.next_cursor is None:
+                break
+            cursor = dict(topic_name=answer.next_cursor.topic_name, partition_index=answer.next_cursor.partition_index)
+        assert pages == [[("alpha", [0, 1])], [("alpha", [2]), ("beta", [0])], [("beta", [1, 2])], [("beta", [3])]]
+        named = await gateway.call(75, 0, describe(["beta", "nope"], 100))
+        assert [(t.name, t.error_code, len(t.partitions)) for t in named.topics] == [
+            ("beta", ErrorCode.none, 4), ("nope", ErrorCode.unknown_topic_or_partition, 0)]
+        assert named.topics[0].partitions[0].leader_id == 0
+        lost = await gateway.call(75, 0, describe(["alpha"], 10, dict(topic_name="zeta", partition_index=0)))
+        assert lost.topics[0].error_code == ErrorCode.invalid_request
