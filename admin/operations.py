@@ -133,10 +133,17 @@ def list_groups(cluster: Cluster) -> list[dict]:
 def describe_group(cluster: Cluster, group_id: str) -> dict:
     """The group's state and members, and per partition it committed: committed offset,
     log end and lag (end − committed)."""
-    answer = cluster.call(cluster.coordinator(GROUP, group_id), ApiKey.DESCRIBE_GROUPS, 5,
+    coordinator = cluster.coordinator(GROUP, group_id)
+    answer = cluster.call(coordinator, ApiKey.DESCRIBE_GROUPS, 5,
                           {"groups": [group_id], "include_authorized_operations": False})
     (group,) = answer.groups
-    _checked(group.error_code, f"DescribeGroups {group_id}")
+    if group.error_code == ErrorCode.group_id_not_found:  # a consumer-protocol group (KIP-848), as Kafka 4
+        described = _consumer_group(cluster, coordinator, group_id)
+    else:
+        _checked(group.error_code, f"DescribeGroups {group_id}")
+        described = {"state": group.group_state, "protocol_type": group.protocol_type, "protocol": group.protocol_data,
+                     "members": [{"member_id": m.member_id, "instance_id": m.group_instance_id,
+                                  "client_id": m.client_id, "host": m.client_host} for m in group.members]}
     fetched = cluster.call(cluster.coordinator(GROUP, group_id), ApiKey.OFFSET_FETCH, 8, {
         "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}],
         "require_stable": False}).groups[0]
@@ -144,13 +151,23 @@ def describe_group(cluster: Cluster, group_id: str) -> dict:
     committed = {(t.name, p.partition_index): p.committed_offset for t in fetched.topics for p in t.partitions
                  if p.committed_offset >= 0}
     ends = end_offsets(cluster, sorted(committed)) if committed else {}
-    return {"group": group_id, "state": group.group_state, "protocol_type": group.protocol_type,
-            "protocol": group.protocol_data,
-            "members": [{"member_id": m.member_id, "instance_id": m.group_instance_id, "client_id": m.client_id,
-                         "host": m.client_host} for m in group.members],
+    return {"group": group_id, **described,
             "offsets": [{"topic": topic, "partition": partition, "committed": offset,
                          "log_end": ends[(topic, partition)], "lag": max(0, ends[(topic, partition)] - offset)}
                         for (topic, partition), offset in sorted(committed.items())]}
+
+
+def _consumer_group(cluster: Cluster, coordinator, group_id: str) -> dict:
+    """A consumer-protocol group described by ConsumerGroupDescribe: its assignor for the
+    protocol, and each member's epoch and partitions."""
+    (group,) = cluster.call(coordinator, ApiKey.CONSUMER_GROUP_DESCRIBE, 0,
+                            {"group_ids": [group_id], "include_authorized_operations": False}).groups
+    _checked(group.error_code, f"ConsumerGroupDescribe {group_id}", group.error_message)
+    return {"state": group.group_state, "protocol_type": "consumer", "protocol": group.assignor_name,
+            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id,
+                         "host": m.client_host, "member_epoch": m.member_epoch,
+                         "partitions": sorted(f"{tp.topic_name}-{p}" for tp in m.assignment.topic_partitions
+                                              for p in tp.partitions)} for m in group.members]}
 
 
 def reset_offsets(cluster: Cluster, group_id: str, topic: str, to: str, *,

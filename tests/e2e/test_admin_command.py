@@ -90,6 +90,22 @@ def test_group_lag_equals_the_consumers_own_position_and_offsets_reset(gateway):
     assert sum(row["lag"] for row in as_json(gateway, "groups", "describe", "billing")["offsets"]) == 100
 
 
+def test_a_consumer_protocol_group_is_described_with_its_members_partitions(gateway):
+    admin(gateway, "topics", "create", "kip848", "--partitions", "2")
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "modern", "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["kip848"])
+    for _ in range(100):
+        consumer.poll(0.1)
+        if len(consumer.assignment()) == 2:
+            break
+    described = as_json(gateway, "groups", "describe", "modern")
+    (member,) = described["members"]
+    assert (described["state"], described["protocol_type"], described["protocol"]) == ("Stable", "consumer", "uniform")
+    assert member["partitions"] == ["kip848-0", "kip848-1"] and member["member_epoch"] > 0
+    consumer.close()
+
+
 def test_an_open_transaction_is_listed_and_described(gateway):
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "payments-1"})
     producer.init_transactions(10)
