@@ -268,7 +268,7 @@ def _clustered(config: GatewayConfig, store: AsyncStore, clock: Clock, etcd: Etc
     metadata = EtcdMetadataStore(etcd, root)
     security = EtcdSecurityStore(etcd, root)
     member = ClusterMember(config, etcd, metadata, security, root, node)
-    group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots)
+    group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots, lease=lambda: node.lease)
     logs = LogManager(config, store, metadata, member, failures, clock)
     groups = GroupCoordinator(group_store, _group_settings(config), on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=ClusterOffsetsTopic(logs, config.groups.offsets_topic_num_partitions,

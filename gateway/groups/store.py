@@ -18,9 +18,11 @@ from typing import Protocol
 
 import trio
 
+from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.layout import id_object_name, id_of_object_name, meta_prefix
 
-from ..etcd import REWATCH_S, EtcdClient, EtcdError, KeyValue
+from ..etcd import REWATCH_S, Compare, EtcdClient, EtcdError, KeyValue, delete_op, put_op
+from ..ownership import GROUP_UNIT
 from ..storage import AsyncStore
 
 __all__ = ["GroupStore", "EmbeddedGroupStore", "StoredGroup", "CommittedOffset", "LoadedGroups", "parse_groups", "slot_of", "EtcdGroupStore"]
@@ -154,12 +156,20 @@ class EmbeddedGroupStore:
 
 
 class EtcdGroupStore:
-    """Committed offsets and generations, one key per group, grouped by coordinator slot."""
+    """Committed offsets and generations, one key per group, grouped by coordinator slot.
 
-    def __init__(self, etcd: EtcdClient, root: str, slots: int) -> None:
+    Every write is fenced: it lands only while this gateway's lease (``lease()``) holds the
+    owner key of the group's slot, so a coordinator that was paused past its lease and wakes
+    up believing it still coordinates cannot write its older state over the new
+    coordinator's (its write is refused: NOT_COORDINATOR, and the client goes to the new one).
+    """
+
+    def __init__(self, etcd: EtcdClient, root: str, slots: int, lease: Callable[[], int]) -> None:
         self._etcd = etcd
         self._prefix = root + "groups/"
+        self._owners = root + "owners/" + GROUP_UNIT + "/"
         self._slots = slots
+        self._lease = lease
 
     def _key(self, group_id: str) -> str:
         return f"{self._prefix}{slot_of(group_id, self._slots)}/{group_id.encode().hex()}"
@@ -173,8 +183,16 @@ class EtcdGroupStore:
         return parse_groups([(f"etcd key {kv.key}", kv.key.rsplit("/", 1)[-1], kv.value)
                              for kv in await self._etcd.get_prefix(f"{self._prefix}{slot}/")])
 
+    async def _fenced(self, group_id: str, operation: dict) -> None:
+        owner = self._owners + str(slot_of(group_id, self._slots))
+        done, _ = await self._etcd.txn([Compare(owner, "LEASE", self._lease())], [operation])
+        if not done:
+            raise KafkaError(ErrorCode.not_coordinator,
+                             f"this gateway no longer coordinates {group_id!r} (its slot's owner key is not under "
+                             "its lease): nothing written")
+
     async def save(self, group: StoredGroup) -> None:
-        await self._etcd.put(self._key(group.group_id), group.to_json())
+        await self._fenced(group.group_id, put_op(self._key(group.group_id), group.to_json()))
 
     def _state(self, kv: KeyValue, deleted: bool) -> tuple[str, StoredGroup | None] | None:
         try:
@@ -201,4 +219,4 @@ class EtcdGroupStore:
                 await trio.sleep(REWATCH_S)
 
     async def delete(self, group_id: str) -> None:
-        await self._etcd.delete(self._key(group_id))
+        await self._fenced(group_id, delete_op(self._key(group_id)))

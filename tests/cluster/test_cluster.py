@@ -325,6 +325,76 @@ def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path, p
         consumer.close()
 
 
+def test_consumer_protocol_group_outlives_its_coordinator_paused_past_its_lease(cluster, tmp_path):
+    """KIP-848 members heartbeat while their coordinator is SIGSTOPped past its lease: another
+    gateway adopts the group's slot from the stored state and the members carry on; when the
+    paused one wakes up, the group's committed offsets stay at the end."""
+    from kafscale.gateway.groups.store import slot_of
+
+    create_topic(cluster, "heartbeats", 4)
+    cluster.wait_owned("heartbeats", 4, {0, 1, 2})
+    group = "paused-coordinator"
+    paused_node = cluster.coordinator_of_slot(slot_of(group, 16), {0, 1, 2})
+    # Clients give up on a paused gateway's open connections after socket.timeout.ms (librdkafka's
+    # default: 60 s), then follow the partitions and the group to the gateways that took them.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                         "socket.timeout.ms": 10_000})
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.produce("heartbeats", value=b"%d" % i, partition=i % 4)
+        assert producer.flush(90) == 0
+
+    consumers = [Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": "consumer",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                           "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 1000,
+                           "socket.timeout.ms": 10_000})
+                 for _ in range(2)]
+    for consumer in consumers:
+        consumer.subscribe(["heartbeats"])
+    seen: set[bytes] = set()
+
+    def consume_until(count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(seen) < count and time.monotonic() < deadline:
+            for consumer in consumers:  # everything fetched, not one record per turn
+                seen.update(m.value() for m in consumer.consume(500, 0.05) if not m.error())
+
+    def committed() -> int | None:
+        """The group's committed total; None while its coordinator moves (NOT_COORDINATOR)."""
+        try:
+            return sum(max(tp.offset, 0) for tp in consumers[0].committed(
+                [TopicPartition("heartbeats", p) for p in range(4)], timeout=10))
+        except KafkaException:
+            return None
+
+    def all_committed() -> bool:
+        consume_until(len(seen) + 1, 0.5)  # keeps both members polling, heartbeating, committing
+        return committed() == 2000
+
+    paused = cluster.gateways[paused_node]
+    try:
+        produce(0, 1000)
+        consume_until(1000, 40)
+        assert len(seen) == 1000
+        paused.process.send_signal(signal.SIGSTOP)
+        survivors = {0, 1, 2} - {paused_node}
+        cluster.wait_owned("heartbeats", 4, survivors, timeout=LEASE_MS / 1000 + 10)
+        produce(1000, 1000)
+        consume_until(2000, 90)
+        assert len(seen) == 2000, f"consumed {len(seen)} of 2000 while the coordinator was paused"
+        wait_until(all_committed, 40, lambda: f"committed {committed()}")
+        paused.process.send_signal(signal.SIGCONT)  # wakes up believing it still coordinates the group
+        wait_until(lambda: any(node == paused_node for node, _ in cluster.owners("heartbeats").values()), 30,
+                   "the resumed gateway never took partitions back")
+        consume_until(2001, 3)
+        wait_until(all_committed, 20, lambda: f"committed {committed()} after the coordinator woke up")
+    finally:
+        paused.process.send_signal(signal.SIGCONT)
+        for consumer in consumers:
+            consumer.close()
+
+
 def test_a_joining_gateway_takes_its_share_and_clients_follow(cluster, tmp_path):
     create_topic(cluster, "grow", 8)
     cluster.wait_owned("grow", 8, {0, 1, 2})
