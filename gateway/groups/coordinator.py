@@ -3,8 +3,9 @@
 Membership is decided by pure machines (:mod:`.classic` for JoinGroup/SyncGroup,
 :mod:`.consumer` for the consumer protocol of KIP-848); this module feeds them events and the
 time, parks the requests they park until their answers leave the machine's outbox, runs one
-timer task for every group, and saves what must outlive the gateway (committed offsets and
-the generation) in the group store.
+timer task for every group, and saves what must outlive the gateway in the group store:
+committed offsets and the generation, and a consumer-protocol group's members, epochs and
+assignments.
 """
 
 from __future__ import annotations
