@@ -30,7 +30,7 @@ from kio.serial._introspect import (
 
 from .errors import MalformedFrame
 
-__all__ = ["check_lengths"]
+__all__ = ["check_lengths", "Cursor"]
 
 _FIXED = {
     "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
@@ -70,7 +70,9 @@ def _plan(entity_type: Any) -> tuple[tuple[tuple, ...], dict[int, tuple]]:
     return tuple(regular), tagged
 
 
-class _Cursor:
+class Cursor:
+    """A bounded reader of untrusted bytes: every length is checked against ``end``."""
+
     __slots__ = ("data", "pos", "end")
 
     def __init__(self, data: bytes, pos: int, end: int) -> None:
@@ -110,10 +112,10 @@ class _Cursor:
 
 def check_lengths(entity_type: type, data: bytes, pos: int) -> None:
     """Raise :class:`MalformedFrame` if any length in ``data[pos:]`` cannot fit."""
-    _walk_entity(entity_type, _Cursor(data, pos, len(data)))
+    _walk_entity(entity_type, Cursor(data, pos, len(data)))
 
 
-def _walk_entity(entity_type: Any, cursor: _Cursor) -> None:
+def _walk_entity(entity_type: Any, cursor: Cursor) -> None:
     regular, tagged = _plan(entity_type)
     flexible = entity_type.__flexible__
     for step in regular:
@@ -127,12 +129,12 @@ def _walk_entity(entity_type: Any, cursor: _Cursor) -> None:
             if found is None:
                 cursor.pos += size
                 continue
-            inner = _Cursor(cursor.data, cursor.pos, cursor.pos + size)
+            inner = Cursor(cursor.data, cursor.pos, cursor.pos + size)
             _walk_step(found, inner, flexible)
             cursor.pos += size
 
 
-def _array_length(cursor: _Cursor, flexible: bool, nullable: bool) -> int:
+def _array_length(cursor: Cursor, flexible: bool, nullable: bool) -> int:
     count = cursor.uvarint() - 1 if flexible else cursor.int32()
     if count < 0 and not nullable:
         raise MalformedFrame(f"null array at byte {cursor.pos} where the schema requires one")
@@ -141,7 +143,7 @@ def _array_length(cursor: _Cursor, flexible: bool, nullable: bool) -> int:
     return count
 
 
-def _walk_step(step: tuple, cursor: _Cursor, flexible: bool) -> None:
+def _walk_step(step: tuple, cursor: Cursor, flexible: bool) -> None:
     kind, kafka_type, nested, nullable = step
     if kind == _PRIMITIVE:
         _walk_primitive(kafka_type, cursor, flexible, nullable)
@@ -156,7 +158,7 @@ def _walk_step(step: tuple, cursor: _Cursor, flexible: bool) -> None:
             _walk_primitive(kafka_type, cursor, flexible, False)
 
 
-def _walk_primitive(kafka_type: str, cursor: _Cursor, flexible: bool, nullable: bool) -> None:
+def _walk_primitive(kafka_type: str, cursor: Cursor, flexible: bool, nullable: bool) -> None:
     fixed = _FIXED.get(kafka_type)
     if fixed is not None:
         cursor.need(fixed)
