@@ -198,6 +198,8 @@ class ConsumerGroup:
         if beat.server_assignor is not None and beat.server_assignor not in ASSIGNORS:
             raise KafkaError(ErrorCode.unsupported_assignor,
                              f"assignor {beat.server_assignor!r} is not one of {sorted(ASSIGNORS)}")
+        if beat.subscribed_topic_regex:
+            compile_regex(beat.subscribed_topic_regex)  # refused before the member counts
         old = self.members.get(beat.member_id)
         if old is not None:  # the same member joining again (after a fence): it starts over
             self._remove(old)

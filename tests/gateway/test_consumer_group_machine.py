@@ -180,9 +180,11 @@ def test_regex_subscriptions_follow_new_topics_and_bad_patterns_are_refused():
     assert set(client.owned) == {"orders-eu"}
     client.beat({"orders-eu": 2, "orders-us": 1, "payments": 2}, 1)
     assert set(client.owned) == {"orders-eu", "orders-us"}
+    epoch = group.group_epoch
     with pytest.raises(KafkaError) as info:
         Client(group, "bad", topics=(), regex="(a)\\1").beat({}, 0)  # a backreference: not RE2
     assert info.value.code == ErrorCode.invalid_regular_expression
+    assert "bad" not in group.members and group.group_epoch == epoch  # refused before it counted
 
 
 def test_assignors():
