@@ -76,8 +76,8 @@ def _session_targets(ctx: RequestContext, request: Request, fetch_session: Fetch
         for part in parts:
             key = (name, part.partition)
             told = fetch_session.partitions[key].told if key in fetch_session.partitions else None
-            fetch_session.partitions[key] = SessionPartition(topic_id, part.fetch_offset, part.partition_max_bytes,
-                                                       getattr(part, "current_leader_epoch", -1), told)
+            fetch_session.partitions[key] = SessionPartition(
+                topic_id, part.fetch_offset, part.partition_max_bytes, getattr(part, "current_leader_epoch", -1), told)
     for key in _forgotten(ctx, request):
         fetch_session.partitions.pop(key, None)
     grouped: dict[str, tuple] = {}
@@ -154,7 +154,8 @@ async def handle_fetch(ctx: RequestContext, request: Request):
     ctx.metrics.fetched_bytes.inc(total)
     if fetch_session is None:
         return FetchAnswer(topics, node_endpoints=endpoints)
-    return FetchAnswer(_tell(fetch_session, topics, incremental), session_id=fetch_session.session_id, node_endpoints=endpoints)
+    return FetchAnswer(_tell(fetch_session, topics, incremental), session_id=fetch_session.session_id,
+                       node_endpoints=endpoints)
 
 
 def _tell(fetch_session: FetchSession, topics: list[FetchTopic], incremental: bool) -> list[FetchTopic]:
