@@ -236,3 +236,10 @@ def run() -> None:
         ["broker", "load", "produce", "consume", "broker CPU per GiB produced", "ack p50", "ack p99", "peak RSS"],
         rows,
     )
+
+
+def kafscale_broker(workdir: Path, *options: str) -> Broker:
+    """A gateway on its filesystem default under ``workdir``, on a free port, quiet, no HTTP."""
+    port = free_port()
+    return Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port), "--http-port", "-1",
+                               "--storage", str(workdir / "data"), "--log-level", "WARNING", *options], port, workdir)

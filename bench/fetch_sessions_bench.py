@@ -9,19 +9,17 @@ bytes per Fetch, and the gateway process's CPU per Fetch (from /proc).
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
 import trio
 
-from devkit.ports import free_port
 from devkit.wire_client import Client
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import RequestHeader, encode_request, request_class
 
 from . import report
-from .broker_bench import Broker
+from .broker_bench import Broker, kafscale_broker
 
 PARTITIONS = 1000
 FETCHES = 400
@@ -74,10 +72,7 @@ async def _measure(broker: Broker) -> dict[str, tuple[float, float, float]]:
 
 def run() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        broker = Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port),
-                                     "--http-port", "-1", "--storage", str(Path(tmp) / "data"),
-                                     "--log-level", "WARNING"], port, Path(tmp))
+        broker = kafscale_broker(Path(tmp))
         with broker:
             results = trio.run(_measure, broker)
     rows = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -12,10 +11,8 @@ from pathlib import Path
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.ports import free_port
-
 from . import report
-from .broker_bench import Broker
+from .broker_bench import kafscale_broker
 
 
 def _time_to_stable(bootstrap: str, topic: str) -> float:
@@ -40,10 +37,7 @@ def _time_to_stable(bootstrap: str, topic: str) -> float:
 def run() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        broker = Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port),
-                                     "--http-port", "-1", "--storage", str(Path(tmp) / "data"),
-                                     "--log-level", "WARNING"], port, Path(tmp))
+        broker = kafscale_broker(Path(tmp))
         with broker:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             admin.create_topics([NewTopic("groups", num_partitions=6, replication_factor=1)])["groups"].result(30)

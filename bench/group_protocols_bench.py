@@ -13,7 +13,6 @@ and what heartbeats and joins cost at 500 members.
 from __future__ import annotations
 
 import datetime
-import sys
 import tempfile
 import threading
 import time
@@ -24,13 +23,12 @@ import trio
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.ports import free_port
 from devkit.wire_client import Client
 from kafscale.protocol.entities import build
 from kafscale.protocol.messages import decode_response, request_class
 
 from . import report
-from .broker_bench import Broker
+from .broker_bench import Broker, kafscale_broker
 
 PARTITIONS = 12
 RATE = 2000  # records per second while the 4th member joins
@@ -182,11 +180,7 @@ async def _classic_scale(broker: Broker) -> tuple[float, float]:
 
 def run() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        broker = Broker("kafscale", [sys.executable, "-m", "kafscale.gateway.cli", "--port", str(port),
-                                     "--http-port", "-1", "--storage", str(Path(tmp) / "data"),
-                                     "--log-level", "WARNING"],
-                        port, Path(tmp))
+        broker = kafscale_broker(Path(tmp))
         with broker:
             assert broker.process is not None
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
