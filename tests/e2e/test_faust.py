@@ -44,6 +44,18 @@ def _wait(condition, timeout, what, log: Path):
     raise AssertionError(f"{what} not within {timeout} s; app log:\n{log.read_text(errors='replace')[-4000:]}")
 
 
+def feeding(producer, condition):
+    """``condition``, checked while the Faust worker is given more words to count."""
+    rng = random.Random(7)
+
+    def check() -> bool:
+        for _ in range(20):
+            producer.produce("eos-words", value=f"w{rng.randrange(30)}".encode())
+        producer.poll(0)
+        return condition()
+    return check
+
+
 def test_a_faust_table_restores_from_its_cleaned_changelog(tmp_path):
     gateway = GatewayProcess(tmp_path / "data", "--compaction-delay-ms", "300", "--cleaner-backoff-ms",
                              "300").start()
@@ -131,9 +143,22 @@ def test_faust_exactly_once_mode_runs_on_transactions_and_a_killed_workers_trans
         assert producer.flush(20) == 0
         _wait(lambda: state.exists() and PartitionTransactions.decode(state.read_bytes()).end > 300, 60,
               "transactions committed by the first run", log)
-        app.kill()  # mid-stream, inside a transaction
-        app.wait()
-        app = run()
+        # Kill the worker while a transaction of its has changelog records stored. Faust's
+        # buffered changelog writes can trail its processing, so the worker is kept busy with
+        # more words and killed only once the changelog's state shows an open transaction; a
+        # kill that lands between two transactions is retried on a restarted worker.
+        for attempt in range(5):
+            _wait(feeding(producer, lambda: bool(PartitionTransactions.decode(state.read_bytes()).open)), 60,
+                  "a transaction open in the changelog", log)
+            app.kill()
+            app.wait()
+            app = run()
+            if PartitionTransactions.decode(state.read_bytes()).open:
+                break
+            _wait(lambda runs=attempt + 2: log.read_text(errors="replace").count("Worker ready") >= runs, 60,
+                  "a restarted worker ready", log)
+        else:
+            raise AssertionError("no kill of five left a transaction open")
         _wait(noting_aborts(lambda: "Worker ready" in log.read_text(errors="replace")), 90, "the second run ready",
               log)
         producer.produce("eos-words", value=b"__done__")
