@@ -326,6 +326,10 @@ class GroupsConfig:
         "assignment (Kafka's group.consumer.heartbeat.interval.ms)", minimum=1)
     group_consumer_max_size: int = _opt(
         2**31 - 1, "most members of one consumer-protocol group (more: GROUP_MAX_SIZE_REACHED)", minimum=1)
+    transaction_version: int = _opt(
+        2, "the transaction.version feature level finalized in ApiVersions: 2 has Kafka 4 clients use "
+        "transactions v2 (KIP-890 part 2: partitions added by Produce, the epoch bumped per transaction), 1 "
+        "keeps them on v1; requests of either version are served whatever it says", minimum=1, maximum=2)
     transaction_max_timeout_ms: int = _opt(
         900_000, "longest transaction.timeout.ms a transactional producer may ask for (Kafka's "
         "transaction.max.timeout.ms)", minimum=1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kafscale.protocol.features import Features
+
 from .budget import RequestMemory
 from .clock import Clock
 from .config import GatewayConfig
@@ -32,6 +34,7 @@ class GatewayContext:
     transactions: TransactionCoordinator
     lfs: LfsService
     fetch_sessions: FetchSessions
+    features: Features  # the feature levels ApiVersions tells clients
     ready: bool = False
 
     @property

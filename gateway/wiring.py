@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from kafscale.protocol.features import GROUP_VERSION, TRANSACTION_VERSION, Features
 from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
 from .clock import Clock
@@ -169,8 +170,12 @@ class Gateway:
         self.coordination = coordination
         self.transactions = transactions
         self.lfs = lfs
+        # The levels change only with the configuration, so only at a restart: the start time
+        # is an epoch that grows with them (and gateways configured alike tell the same levels).
+        features = Features({GROUP_VERSION: 1, TRANSACTION_VERSION: config.groups.transaction_version},
+                            epoch=clock.now_ms())
         self.context = GatewayContext(config, clock, logs, metrics, groups, access, transactions, lfs,
-                                      FetchSessions(config.limits.fetch_session_cache_slots))
+                                      FetchSessions(config.limits.fetch_session_cache_slots), features)
 
     @property
     def mode(self) -> Mode:

@@ -79,9 +79,9 @@ class VersionRange:
 # generates through legacy.py; except Produce v0-2 and Fetch v0-3, which carry the pre-v2
 # message formats (docs/compatibility.md says why they are refused).
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
-    ApiKey.PRODUCE: VersionRange(3, 11),
+    ApiKey.PRODUCE: VersionRange(3, 12),  # v12: transactions v2 (KIP-890), the v11 frame
     ApiKey.FETCH: VersionRange(4, 18),  # v18 (Kafka 4.1): a replica's high watermark, a tagged field
-    ApiKey.LIST_OFFSETS: VersionRange(0, 10),  # v10: a timeout for remote storage, answered at once here
+    ApiKey.LIST_OFFSETS: VersionRange(0, 11),  # v10: a timeout for remote storage (answered at once here); v11: -6
     ApiKey.METADATA: VersionRange(0, 13),  # v13: a top-level error code
     ApiKey.OFFSET_COMMIT: VersionRange(0, 10),  # v10 (Kafka 4.1): topics by id
     ApiKey.OFFSET_FETCH: VersionRange(0, 10),
@@ -101,13 +101,13 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(0, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 4),
-    ApiKey.END_TXN: VersionRange(0, 4),
-    ApiKey.WRITE_TXN_MARKERS: VersionRange(1, 1),  # v0 is the pre-flexible form, not in kio
-    ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 4),
+    ApiKey.END_TXN: VersionRange(0, 5),  # v5: transactions v2, the next producer answered
+    ApiKey.WRITE_TXN_MARKERS: VersionRange(1, 2),  # v0 is the pre-flexible form, not in kio
+    ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 5),  # v5: transactions v2, the group added implicitly
     ApiKey.DESCRIBE_CONFIGS: VersionRange(0, 4),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.ALTER_REPLICA_LOG_DIRS: VersionRange(0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(0, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(0, 5),  # v5: cordoned directories (none here)
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
     ApiKey.DELETE_GROUPS: VersionRange(0, 2),
     ApiKey.ELECT_LEADERS: VersionRange(0, 2),
@@ -115,7 +115,7 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 0),  # Kafka 3.9 serves v0
     ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE: VersionRange(0, 0),
-    ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
+    ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2: fenced brokers (none listed)
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
     ApiKey.LIST_TRANSACTIONS: VersionRange(0, 2),  # v2 (KIP-1152): a transactional id pattern

@@ -21,13 +21,22 @@ from dataclasses import dataclass, field, replace
 from .errors import ErrorCode, KafkaError
 from .records import BatchHeader, Record, build_batch, iter_records
 
-__all__ = ["TxnState", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn",
+__all__ = ["TxnState", "TxnVersion", "Transaction", "Marker", "marker_batch", "read_marker", "AbortedTxn",
            "last_stable_offset", "MAX_EPOCH", "PartitionTransactions", "PendingOffset", "AbortedBatches",
            "aborted_overlapping"]
 
 MAX_EPOCH = 2**15 - 1  # a producer epoch is an int16; at the last one the coordinator takes a new id
 _MARKER_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
 _MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+class TxnVersion(enum.IntEnum):
+    """The transaction protocol a client speaks (the ``transaction.version`` feature):
+    V2 (KIP-890 part 2, Kafka 4.0) adds partitions and groups implicitly and bumps the
+    producer's epoch at every EndTxn."""
+
+    V1 = 1
+    V2 = 2
 
 
 class TxnState(enum.Enum):
@@ -74,6 +83,12 @@ class Transaction:
     # coordinators applied (or dropped) the pending offsets.
     partitions_done: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     groups_done: frozenset[str] = field(default_factory=frozenset)
+    # Transactions v2 (KIP-890 part 2), where EndTxn bumps the epoch: the producer (id, epoch)
+    # whose EndTxn prepared the last transaction (its retry is answered, not fenced), and the
+    # producer a prepared transaction hands over to once complete: the next epoch, or a new
+    # id at epoch 0 when the epochs of this id are used up.
+    ended_by: tuple[int, int] | None = None
+    next_producer: tuple[int, int] | None = None
 
     # -- requests --------------------------------------------------------------------
 
@@ -100,9 +115,10 @@ class Transaction:
             if new_producer_id is None:
                 raise ValueError("the epoch is exhausted: a new producer id is needed")
             return replace(self, producer_id=new_producer_id, producer_epoch=0, timeout_ms=timeout_ms,
-                           state=TxnState.EMPTY, partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms)
+                           state=TxnState.EMPTY, partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms,
+                           ended_by=None)
         return replace(self, producer_epoch=self.producer_epoch + 1, timeout_ms=timeout_ms, state=TxnState.EMPTY,
-                       partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms)
+                       partitions=frozenset(), group_ids=frozenset(), updated_ms=now_ms, ended_by=None)
 
     def aborted_for_fencing(self, now_ms: int) -> Transaction:
         """InitProducerId (or the timeout) while a transaction is ONGOING: it is aborted under
@@ -110,7 +126,7 @@ class Transaction:
         if self.state != TxnState.ONGOING:
             raise KafkaError(ErrorCode.invalid_txn_state, f"no ongoing transaction to abort ({self.state.value})")
         return replace(self, producer_epoch=min(self.producer_epoch + 1, MAX_EPOCH), state=TxnState.PREPARE_ABORT,
-                       updated_ms=now_ms)
+                       updated_ms=now_ms, ended_by=None)
 
     def with_partitions(self, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[str, int]],
                         now_ms: int) -> Transaction:
@@ -133,11 +149,17 @@ class Transaction:
         return replace(self, group_ids=self.group_ids | {group_id}, updated_ms=now_ms)
 
     def with_offsets(self, producer_id: int, producer_epoch: int, offsets: Iterable[PendingOffset],
-                     now_ms: int) -> Transaction:
-        """TxnOffsetCommit: offsets of a group added to the transaction by AddOffsetsToTxn; a
-        later offset of a partition replaces an earlier one."""
-        self._check_producer(producer_id, producer_epoch)
+                     now_ms: int, *, implicit: bool = False) -> Transaction:
+        """TxnOffsetCommit: offsets of a group added to the transaction by AddOffsetsToTxn (or,
+        ``implicit`` in transactions v2, by this request itself); a later offset of a
+        partition replaces an earlier one."""
         added = list(offsets)
+        if implicit:
+            current = self
+            for group_id in {o.group_id for o in added} - self.group_ids:
+                current = current.with_group(producer_id, producer_epoch, group_id, now_ms)
+            return current.with_offsets(producer_id, producer_epoch, added, now_ms)
+        self._check_producer(producer_id, producer_epoch)
         if self.state != TxnState.ONGOING or any(o.group_id not in self.group_ids for o in added):
             raise KafkaError(ErrorCode.invalid_txn_state, "the group was not added to an ongoing transaction "
                              "(AddOffsetsToTxn first)")
@@ -146,19 +168,56 @@ class Transaction:
         return replace(self, offsets=kept + tuple(added), updated_ms=now_ms)
 
     def ending(self, producer_id: int, producer_epoch: int, commit: bool, now_ms: int) -> Transaction | None:
-        """EndTxn: the PREPARE_* state to store (the commit point), or ``None`` when the
-        transaction already ended this way (a retry, answered NONE)."""
+        """EndTxn of transactions v1: the PREPARE_* state to store (the commit point), or
+        ``None`` when the transaction already ended this way (a retry, answered NONE)."""
         self._check_producer(producer_id, producer_epoch)
         wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if self.state == TxnState.ONGOING:
-            return replace(self, state=wanted, updated_ms=now_ms)
+            return replace(self, state=wanted, updated_ms=now_ms, ended_by=None)
         if self.state == done:
             return None
         if self.state == wanted:
             raise KafkaError(ErrorCode.concurrent_transactions, "the transaction is still being finished")
         raise KafkaError(ErrorCode.invalid_txn_state,
                          f"cannot {'commit' if commit else 'abort'} in state {self.state.value}")
+
+    def ending_v2(self, producer_id: int, producer_epoch: int, commit: bool, now_ms: int,
+                  new_producer_id: int | None = None) -> Transaction | None:
+        """EndTxn of transactions v2 (KIP-890 part 2): prepared under the next epoch, which
+        its markers carry and its producer is given back, so a late batch of the ended
+        transaction is fenced in every partition. An abort with nothing begun is allowed
+        (the client cannot know whether its batches reached a partition) and bumps the epoch
+        too. ``None`` for a retry of the EndTxn that ended the transaction this way (answered
+        with the producer it was given). At the last epochs ``new_producer_id`` is needed
+        (:attr:`epoch_exhausted`): the markers take the last epoch, the producer a new id."""
+        wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if self.ended_by == (producer_id, producer_epoch) and self.state in (wanted, done):
+            if self.state == wanted:
+                raise KafkaError(ErrorCode.concurrent_transactions, "the transaction is still being finished")
+            return None
+        self._check_producer(producer_id, producer_epoch)
+        if self.state.preparing:
+            raise KafkaError(ErrorCode.concurrent_transactions, "the previous transaction is still being finished")
+        if self.state != TxnState.ONGOING and commit:
+            raise KafkaError(ErrorCode.invalid_txn_state, f"cannot commit in state {self.state.value}")
+        if self.epoch_exhausted:
+            if new_producer_id is None:
+                raise ValueError("the epoch is exhausted: a new producer id is needed")
+            following = (new_producer_id, 0)
+        else:
+            following = (self.producer_id, self.producer_epoch + 1)
+        begun = self.state == TxnState.ONGOING
+        return replace(self, producer_epoch=self.producer_epoch + 1, state=wanted, updated_ms=now_ms,
+                       partitions=self.partitions if begun else frozenset(),
+                       group_ids=self.group_ids if begun else frozenset(), offsets=self.offsets if begun else (),
+                       ended_by=(producer_id, producer_epoch), next_producer=following)
+
+    @property
+    def producer_after(self) -> tuple[int, int]:
+        """The producer id and epoch a client of transactions v2 is given by EndTxn."""
+        return self.next_producer or (self.producer_id, self.producer_epoch)
 
     @property
     def committing(self) -> bool:
@@ -181,8 +240,10 @@ class Transaction:
         if not self.state.preparing:
             raise KafkaError(ErrorCode.invalid_txn_state, f"nothing to complete in state {self.state.value}")
         state = TxnState.COMPLETE_COMMIT if self.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        producer_id, producer_epoch = self.producer_after
         return replace(self, state=state, partitions=frozenset(), group_ids=frozenset(), offsets=(),
-                       partitions_done=frozenset(), groups_done=frozenset(), updated_ms=now_ms)
+                       partitions_done=frozenset(), groups_done=frozenset(), updated_ms=now_ms,
+                       producer_id=producer_id, producer_epoch=producer_epoch, next_producer=None)
 
     def expired(self, now_ms: int) -> bool:
         """An ONGOING transaction past its timeout, which the coordinator aborts."""
@@ -198,7 +259,9 @@ class Transaction:
                            "offsets": [[o.group_id, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata]
                                        for o in self.offsets],
                            "partitions_done": sorted([t, p] for t, p in self.partitions_done),
-                           "groups_done": sorted(self.groups_done)}).encode()
+                           "groups_done": sorted(self.groups_done),
+                           "ended_by": self.ended_by and list(self.ended_by),
+                           "next": self.next_producer and list(self.next_producer)}).encode()
 
     @classmethod
     def from_json(cls, transactional_id: str | None, raw: bytes) -> Transaction:
@@ -219,9 +282,17 @@ class Transaction:
                        tuple(PendingOffset(str(g), str(t), int(p), int(o), int(e), None if m is None else str(m))
                              for g, t, p, o, e, m in data.get("offsets", ())),
                        frozenset((str(t), int(p)) for t, p in data.get("partitions_done", ())),
-                       frozenset(str(g) for g in data.get("groups_done", ())))
+                       frozenset(str(g) for g in data.get("groups_done", ())),
+                       _producer(data.get("ended_by")), _producer(data.get("next")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a stored transaction: {exc!r}") from exc
+
+
+def _producer(stored) -> tuple[int, int] | None:
+    if stored is None:
+        return None
+    producer_id, producer_epoch = stored
+    return int(producer_id), int(producer_epoch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,7 +111,10 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Request):
 @register(ApiKey.DESCRIBE_CLUSTER, error=lambda request, code: respond(request, dict(
     error_code=code, error_message=None, cluster_id="", controller_id=-1, brokers=[])))
 async def handle_describe_cluster(ctx: RequestContext, request: Request):
-    brokers = [dict(broker_id=b["node_id"], host=b["host"], port=b["port"], rack=None) for b in ctx.brokers()]
+    # v2 (KIP-1073) may ask for fenced brokers too: a gateway is listed while it is a member,
+    # and a member is never fenced (one that lost its lease is no longer listed).
+    brokers = [dict(broker_id=b["node_id"], host=b["host"], port=b["port"], rack=None, is_fenced=False)
+               for b in ctx.brokers()]
     values = dict(error_code=ErrorCode.none, error_message=None, endpoint_type=1, cluster_id=ctx.config.network.cluster_id,
                   controller_id=ctx.ownership.controller_id(), brokers=brokers)
     if request.body.include_cluster_authorized_operations:

@@ -27,6 +27,7 @@ def _error(request: Request, code: ErrorCode):
 
 @register(ApiKey.API_VERSIONS, error=_error)
 async def handle_api_versions(ctx: RequestContext, request: Request):
-    # Tagged fields (supported features, ...) keep their defaults and so are
-    # omitted on the wire: librdkafka < 2.2 mis-reads non-default ones.
-    return respond(request, dict(error_code=ErrorCode.none, api_keys=_api_keys()))
+    fields = dict(error_code=ErrorCode.none, api_keys=_api_keys())
+    if request.header.api_version >= 3:  # the feature levels are v3's tagged fields
+        fields.update(ctx.gateway.features.api_versions_fields())
+    return respond(request, fields)

@@ -16,6 +16,7 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # v8+ (KIP-1005): all of a log is "local" here
 LATEST_TIERED = -5  # v9+: nothing is tiered, as on a Kafka topic without remote storage
+EARLIEST_PENDING_UPLOAD = -6  # v11+ (KIP-1023): none either, as there
 READ_COMMITTED = 1  # v2+: latest is the last stable offset
 
 
@@ -54,7 +55,7 @@ async def _lookup(partition_log, index: int, timestamp: int, committed_only: boo
         return _partition(index, ErrorCode.none, latest, -1, partition_log.epoch)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return _partition(index, ErrorCode.none, partition_log.log_start_offset, -1, partition_log.epoch)
-    if timestamp == LATEST_TIERED:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return _partition(index, ErrorCode.none, -1, -1, partition_log.epoch)
     if timestamp == MAX_TIMESTAMP:
         found = await max_timestamp_offset(partition_log)

@@ -22,6 +22,7 @@ from kafscale.protocol.record_policy import (
 )
 from kafscale.protocol.records import BatchHeader, has_transactional_batch, split_batches, validate_record_set
 from kafscale.protocol.response_fields import Endpoint
+from kafscale.protocol.transactions import TxnVersion
 
 from ..context import RequestContext
 from ..failures import FAILURES, code_of
@@ -31,6 +32,7 @@ from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
 from .base import Completion, Ready, leader_hint, register
 from .transactional_produce import VerifiedBatch, verify_transaction
+from .transactions import version_of
 
 log = logging.getLogger("kafscale.handlers.produce")
 
@@ -100,7 +102,7 @@ async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
         return Ready(_error(request, refusal))
     # What needs awaiting (topic creation, partition logs, the transaction's state, LFS
     # pointers) first, for every partition; then no await between a decision and its append.
-    facts = await _gather_facts(ctx, body)
+    facts = await _gather_facts(ctx, body, version_of(request, 12))
     results: dict[tuple[str, int], ProducePartition] = {}
     waits: list[_Wait] = []
     produced_bytes = produced_records = 0
@@ -152,7 +154,7 @@ class _Facts:
     lfs_refused: dict[tuple[str, int], LfsRecordsRefused | KafkaError]
 
 
-async def _gather_facts(ctx: RequestContext, body) -> _Facts:
+async def _gather_facts(ctx: RequestContext, body, transaction_version: TxnVersion) -> _Facts:
     unusable: dict[str, KafkaError] = {}
     for topic in body.topic_data:
         refusal = await _topic_refusal(ctx, topic.name)
@@ -168,7 +170,8 @@ async def _gather_facts(ctx: RequestContext, body) -> _Facts:
             except KafkaError as exc:
                 logs[(topic.name, part.index)] = exc
     transactional_id = body.transactional_id
-    verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs)
+    verified = {} if transactional_id is None else await verify_transaction(ctx, transactional_id, body, logs,
+                                                                            transaction_version)
     return _Facts(logs, transactional_id is not None, verified, await _check_lfs(ctx, body, logs))
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
-from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
+from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState, TxnVersion
 
 from ..context import RequestContext
 from ..patterns import compile_regex
@@ -126,17 +126,28 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Request):
     return _plain_error(request, ErrorCode.none)
 
 
+def version_of(request: Request, first_v2_version: int) -> TxnVersion:
+    """The transaction protocol a request speaks: its API version says (Kafka's clients send
+    the versions of transactions v2 only once the broker finalized ``transaction.version=2``)."""
+    return TxnVersion.V2 if request.header.api_version >= first_v2_version else TxnVersion.V1
+
+
 @register(ApiKey.END_TXN, error=_plain_error)
 async def handle_end_txn(ctx: RequestContext, request: Request):
     body = request.body
     try:
         ctx.access.require_transactional_id(Operation.WRITE, body.transactional_id)
-        await ctx.transactions.end(body.transactional_id, body.producer_id, body.producer_epoch,
-                                           body.committed)
+        ended = await ctx.transactions.end(body.transactional_id, body.producer_id, body.producer_epoch,
+                                           body.committed, version_of(request, 5))
     except KafkaError as exc:
         return _plain_error(request, _code(request, exc, 2))
     # Decided: the commit point is stored (the markers follow at once, and the client's next
-    # transaction finishes them first if they are not written yet).
+    # transaction finishes them first if they are not written yet). In v2 the client goes on
+    # under the producer it is given here: the next epoch, or a new id when they ran out.
+    if request.header.api_version >= 5:
+        producer_id, producer_epoch = ended.producer_after
+        return respond(request, dict(error_code=ErrorCode.none, producer_id=producer_id,
+                                     producer_epoch=producer_epoch))
     return _plain_error(request, ErrorCode.none)
 
 
@@ -179,14 +190,15 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Request):
     if offsets:
         try:
             await ctx.transactions.commit_offsets(body.transactional_id, body.producer_id, body.producer_epoch,
-                                                  offsets)
+                                                  offsets, version_of(request, 5))
         except KafkaError as exc:
             code = _code(request, exc, 3)
             codes = {key: code if value == ErrorCode.none else value for key, value in codes.items()}
     return _txn_offset_answer(request, codes)
 
 
-# -- WriteTxnMarkers (an operator's abort of a hanging transaction, Kafka's admin tools) --
+# -- WriteTxnMarkers (an operator's abort of a hanging transaction, Kafka's admin tools; v2
+#    names the marker's transaction version, which changes nothing in the marker) --
 
 def _markers_error(request: Request, code: ErrorCode):
     return respond(request, dict(markers=[dict(producer_id=m.producer_id, topics=[

@@ -75,6 +75,9 @@ class ProducerStates(Generic[Ticket]):
         return None
 
     def record(self, header: BatchHeader, ticket: Ticket) -> None:
+        if header.is_control and header.producer_id >= 0:
+            self._marker(header.producer_id, header.producer_epoch)
+            return
         if header.producer_id < 0 or header.base_sequence < 0:
             return
         state = self._producers.get(header.producer_id)
@@ -82,6 +85,19 @@ class ProducerStates(Generic[Ticket]):
             state = self._producers[header.producer_id] = _Producer(header.producer_epoch)
         last_sequence = (header.base_sequence + header.last_offset_delta) % _INT32
         state.recent.append(_Entry(header.base_sequence, last_sequence, header.base_offset, ticket))
+
+    def _marker(self, producer_id: int, epoch: int) -> None:
+        """A transaction marker: under transactions v2 it carries the producer's next epoch
+        (KIP-890 part 2), which from here on fences the older one; the new epoch's batches
+        begin a new sequence."""
+        state = self._producers.get(producer_id)
+        if state is None or epoch > state.epoch:
+            self._producers[producer_id] = _Producer(epoch)
+
+    def epoch_of(self, producer_id: int) -> int | None:
+        """The newest epoch of ``producer_id`` seen here (``None``: not known here)."""
+        state = self._producers.get(producer_id)
+        return None if state is None else state.epoch
 
     def describe(self) -> list[tuple[int, int, int]]:
         """(producer id, epoch, last sequence) of each producer known here (DescribeProducers)."""

@@ -24,7 +24,7 @@ from typing import Protocol
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState
+from kafscale.protocol.transactions import PendingOffset, Transaction, TxnState, TxnVersion
 
 from ..maintenance import MaintenanceFailures
 from ..ownership import Mode
@@ -217,15 +217,28 @@ class TransactionCoordinator:
         return await self._change_existing(
             transactional_id, lambda current: current.with_group(producer_id, producer_epoch, group_id, now))
 
-    async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> Transaction:
+    async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                  version: TxnVersion) -> Transaction:
         """EndTxn: stores PREPARE_* (the commit point), then finishes this gateway's part
         before answering, for at most ``_FINISH_WAIT_S`` (so a read_committed consumer sees
         a commit as soon as its producer is told; alone, nothing is left to the client's
         next transaction); what is left is finished by :meth:`run`. A retry of a finished
-        EndTxn is answered as it was."""
+        EndTxn is answered as it was (in v2: with the producer it was given,
+        :attr:`Transaction.producer_after`)."""
         now = self._clock_ms()
-        ended = await self._change_existing(
-            transactional_id, lambda current: current.ending(producer_id, producer_epoch, commit, now))
+        if version is TxnVersion.V1:
+            ended = await self._change_existing(
+                transactional_id, lambda current: current.ending(producer_id, producer_epoch, commit, now))
+        else:
+            known = await self.state(transactional_id)
+            new_producer_id = await self._new_producer_id() if known is not None and known.epoch_exhausted else None
+
+            def transition(current: Transaction) -> Transaction | None:
+                if current.epoch_exhausted and new_producer_id is None:  # reached since it was read
+                    raise KafkaError(ErrorCode.concurrent_transactions, "the producer's epochs ran out; retry")
+                return current.ending_v2(producer_id, producer_epoch, commit, now, new_producer_id)
+
+            ended = await self._change_existing(transactional_id, transition)
         if ended.state.preparing:
             finished = None
             with trio.move_on_after(_FINISH_WAIT_S):
@@ -275,7 +288,8 @@ class TransactionCoordinator:
             return stored.transaction if stored else None
         transaction = stored.transaction
         partitions, groups = await self._markers.finish(transaction)
-        if not (partitions - transaction.partitions_done or groups - transaction.groups_done):
+        if not (partitions - transaction.partitions_done or groups - transaction.groups_done) \
+                and not transaction.all_done:  # (all done at once: an abort of nothing begun)
             return transaction
         now = self._clock_ms()
 
@@ -366,11 +380,14 @@ class TransactionCoordinator:
         return {(o.topic, o.partition) for t in await self.unfinished() for o in t.offsets if o.group_id == group_id}
 
     async def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             offsets: list[PendingOffset]) -> Transaction:
-        """TxnOffsetCommit: the offsets wait in the transaction's state until it commits."""
+                             offsets: list[PendingOffset], version: TxnVersion) -> Transaction:
+        """TxnOffsetCommit: the offsets wait in the transaction's state until it commits (in
+        v2 the request adds their group to the transaction itself)."""
         now = self._clock_ms()
+        implicit = version is TxnVersion.V2
         return await self._change_existing(
-            transactional_id, lambda current: current.with_offsets(producer_id, producer_epoch, offsets, now))
+            transactional_id,
+            lambda current: current.with_offsets(producer_id, producer_epoch, offsets, now, implicit=implicit))
 
     async def abort(self, transactional_id: str) -> Transaction | None:
         """An operator's abort of an ongoing transaction (as on timeout)."""

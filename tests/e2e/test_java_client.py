@@ -43,3 +43,24 @@ def test_a_consumer_protocol_member_and_its_description(gateway):
     assert (out["count"], out["committed_total"]) == ("30", "30")
     assert (out["group_type"], out["state"], out["members"]) == ("Consumer", "Stable", "1")
     assert out["member_partitions"] == out["assigned"] != "0"
+
+
+@pytest.mark.parametrize("version", [2, 1])
+def test_transactions_of_either_protocol_version_commit_abort_and_carry_offsets(tmp_path, version):
+    """The Java client 4.3 picks its transaction protocol from ApiVersions' finalized
+    transaction.version: at 2 (the default) it adds partitions through Produce v12 and offsets
+    through TxnOffsetCommit v5, and each EndTxn bumps the producer epoch, as DescribeProducers
+    shows after every transaction; at 1 the epoch stays and AddPartitionsToTxn is used."""
+    from tests.support.gateway_process import GatewayProcess
+
+    gateway = GatewayProcess(tmp_path / "data", "--transaction-version", str(version)).start()
+    try:
+        out = java_client.run("transactions", gateway.bootstrap, f"jtx{version}", "jtx-group", "6")
+    finally:
+        gateway.kill()
+    epochs = [int(e) for e in out["epochs"].strip("[]").split(",")]
+    if version == 2:
+        assert epochs == list(range(epochs[0], epochs[0] + 6)) and epochs[0] >= 1  # one bump per transaction
+    else:
+        assert epochs == [0] * 6
+    assert (out["read"], out["aborted_seen"], out["group_offset"]) == ("20", "0", "5")  # 4 committed of 5 records

@@ -157,3 +157,41 @@ async def test_describe_topic_partitions_pages_with_its_cursor():
         assert named.topics[0].partitions[0].leader_id == 0
         lost = await gateway.call(75, 0, describe(["alpha"], 10, dict(topic_name="zeta", partition_index=0)))
         assert lost.topics[0].error_code == ErrorCode.invalid_request
+
+
+# Apache Kafka 4.3's broker: the highest version of each API it serves (kafka-clients 4.3.0's
+# ApiKeys, latestVersion() of every key in the BROKER listener's scope).
+KAFKA_4_3_MAX = {
+    0: 13, 1: 18, 2: 11, 3: 13, 8: 10, 9: 10, 10: 6, 11: 9, 12: 4, 13: 5, 14: 5, 15: 6, 16: 5, 17: 1, 18: 4,
+    19: 7, 20: 6, 21: 2, 22: 6, 23: 4, 24: 5, 25: 4, 26: 5, 27: 2, 28: 5, 29: 3, 30: 3, 31: 3, 32: 4, 33: 2,
+    34: 2, 35: 5, 36: 2, 37: 3, 38: 3, 39: 2, 40: 2, 41: 3, 42: 2, 43: 2, 44: 1, 45: 1, 46: 0, 47: 0, 48: 1,
+    49: 1, 50: 0, 51: 0, 55: 2, 57: 2, 60: 2, 61: 0, 64: 0, 65: 0, 66: 2, 68: 1, 69: 1, 71: 0, 72: 0, 74: 1,
+    75: 0, 76: 1, 77: 1, 78: 2, 79: 2, 80: 1, 81: 0, 83: 0, 84: 0, 85: 1, 86: 0, 87: 1, 88: 0, 89: 0, 90: 1,
+    91: 0, 92: 0,
+}
+# The APIs we serve below Kafka 4.3's newest version, and why (docs/compatibility.md).
+BEHIND_4_3 = {
+    0: "Produce v13 names topics by id",
+    22: "InitProducerId v6 is two-phase commit (KIP-939)",
+    24: "AddPartitionsToTxn v5 is broker-to-broker verification",
+    45: "AlterPartitionReassignments v1: partition reassignment is not served",
+}
+
+
+async def test_a_version_guessing_client_sees_kafka_4_3_in_every_api_we_serve():
+    """franz-go-style version guessing compares each API's newest version with a release's:
+    every API we serve answers Kafka 4.3's, except those listed with their reason, which
+    must really be behind (the list cannot go stale)."""
+    async with direct_gateway() as gateway:
+        answer = await gateway.call(18, 3, _request(18, 3, client_software_name="guess",
+                                                    client_software_version="1"))
+    served = {key.api_key: (key.min_version, key.max_version) for key in answer.api_keys}
+    assert set(served) <= set(KAFKA_4_3_MAX)  # nothing Kafka 4.3 does not have
+    at_4_3 = {key for key, (_, high) in served.items() if high == KAFKA_4_3_MAX[key]}
+    assert set(served) - at_4_3 == set(BEHIND_4_3)
+    for key in BEHIND_4_3:
+        assert served[key][1] < KAFKA_4_3_MAX[key]
+    # Feature levels a Kafka 4 client reads to pick its protocols.
+    finalized = {f.name: f.max_version_level for f in answer.finalized_features}
+    assert finalized == {"group.version": 1, "transaction.version": 2} and answer.finalized_features_epoch > 0
+    assert {f.name for f in answer.supported_features} == set(finalized)

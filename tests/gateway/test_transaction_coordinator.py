@@ -1,6 +1,8 @@
 """The transaction coordinator over the embedded store, with marker writers that record
 what they were asked and own some partitions (as gateways of a cluster do)."""
 
+from dataclasses import replace
+
 import pytest
 
 from kafscale.gateway.maintenance import MaintenanceFailures
@@ -9,7 +11,7 @@ from kafscale.gateway.storage import AsyncStore
 from kafscale.gateway.transactions.coordinator import TransactionCoordinator
 from kafscale.gateway.transactions.store import EmbeddedTransactionStore
 from kafscale.protocol.errors import ErrorCode, KafkaError
-from kafscale.protocol.transactions import TxnState
+from kafscale.protocol.transactions import MAX_EPOCH, PendingOffset, TxnState, TxnVersion
 from kafscale.storage_backends import MemoryBackend
 
 
@@ -63,14 +65,43 @@ async def test_a_transaction_commits_through_prepare_markers_and_complete(parts)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0), ("t", 1)])
     await coordinator.add_partitions("tx", 100, 0, [("t", 0)])  # a retry
     await coordinator.add_offsets("tx", 100, 0, "g")
-    prepared = await coordinator.end("tx", 100, 0, commit=True)
+    prepared = await coordinator.end("tx", 100, 0, commit=True, version=TxnVersion.V1)
     assert prepared.state == TxnState.PREPARE_COMMIT  # the commit point: what the answer stands on
     # ... and this gateway, owning every partition, wrote the markers before answering.
     assert markers.written == [("tx", True, frozenset({("t", 0), ("t", 1)}))]
     assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_COMMIT
     assert (await coordinator.complete("tx")).state == TxnState.COMPLETE_COMMIT  # again: nothing more
     assert len(markers.written) == 1
-    assert (await coordinator.end("tx", 100, 0, commit=True)).state == TxnState.COMPLETE_COMMIT  # a retry
+    retried = await coordinator.end("tx", 100, 0, commit=True, version=TxnVersion.V1)
+    assert retried.state == TxnState.COMPLETE_COMMIT
+
+
+async def test_transactions_v2_end_under_the_next_epoch_and_an_empty_abort_completes(parts):
+    coordinator, markers, clock, store = parts
+    await coordinator.init_producer_id("tx", 60_000)
+    await coordinator.add_partitions("tx", 100, 0, [("t", 0)])  # as a Produce v12 adds it
+    await coordinator.commit_offsets("tx", 100, 0, [PendingOffset("g", "t", 0, 5)], TxnVersion.V2)
+    prepared = await coordinator.end("tx", 100, 0, commit=True, version=TxnVersion.V2)
+    assert (prepared.producer_epoch, prepared.producer_after, prepared.group_ids) == (1, (100, 1), {"g"})
+    stored = (await store.get("tx")).transaction
+    assert (stored.state, stored.producer_id, stored.producer_epoch) == (TxnState.COMPLETE_COMMIT, 100, 1)
+    retried = await coordinator.end("tx", 100, 0, commit=True, version=TxnVersion.V2)
+    assert retried.producer_after == (100, 1)
+    # An abort with nothing begun: no marker to write, completed at once under epoch 2.
+    aborted = await coordinator.end("tx", 100, 1, commit=False, version=TxnVersion.V2)
+    assert aborted.producer_after == (100, 2) and len(markers.written) == 1
+    assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
+
+
+async def test_transactions_v2_give_a_new_producer_id_when_the_epochs_run_out(parts):
+    coordinator, markers, clock, store = parts
+    await coordinator.init_producer_id("tx", 60_000)
+    worn = replace((await store.get("tx")).transaction, producer_epoch=MAX_EPOCH - 1)
+    await store.put(worn, (await store.get("tx")).version)
+    await coordinator.add_partitions("tx", 100, MAX_EPOCH - 1, [("t", 0)])
+    ended = await coordinator.end("tx", 100, MAX_EPOCH - 1, commit=True, version=TxnVersion.V2)
+    assert ended.producer_after == (101, 0) and ended.producer_epoch == MAX_EPOCH
+    assert (await coordinator.add_partitions("tx", 101, 0, [("t", 0)])).state == TxnState.ONGOING
 
 
 async def test_a_new_producer_of_the_id_fences_the_old_one_and_aborts_its_transaction(parts):
@@ -80,7 +111,7 @@ async def test_a_new_producer_of_the_id_fences_the_old_one_and_aborts_its_transa
     again = await coordinator.init_producer_id("tx", 60_000)  # aborts the ongoing one first
     assert markers.written == [("tx", False, frozenset({("t", 0)}))]
     assert (again.producer_id, again.producer_epoch) == (100, 2)
-    assert await _code(coordinator.end("tx", 100, 0, commit=True)) == ErrorCode.producer_fenced
+    assert await _code(coordinator.end("tx", 100, 0, commit=True, version=TxnVersion.V1)) == ErrorCode.producer_fenced
     assert await _code(coordinator.add_partitions("tx", 100, 1, [("t", 0)])) == ErrorCode.producer_fenced
 
 
@@ -89,7 +120,7 @@ async def test_a_prepared_transaction_is_finished_by_the_next_coordinator(parts)
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
     markers.fail = True
-    await coordinator.end("tx", 100, 0, commit=False)
+    await coordinator.end("tx", 100, 0, commit=False, version=TxnVersion.V1)
     with pytest.raises(KafkaError):
         await coordinator.complete("tx")  # the marker could not be written: it stays prepared
     assert (await store.get("tx")).transaction.state == TxnState.PREPARE_ABORT
@@ -114,7 +145,7 @@ async def test_a_transaction_past_its_timeout_is_aborted_even_without_a_batch(pa
     clock[0] += 1
     await coordinator.sweep()
     assert (await store.get("tx")).transaction.state == TxnState.COMPLETE_ABORT
-    assert await _code(coordinator.end("tx", 100, 0, commit=True)) == ErrorCode.producer_fenced
+    assert await _code(coordinator.end("tx", 100, 0, commit=True, version=TxnVersion.V1)) == ErrorCode.producer_fenced
 
 
 async def test_a_timeout_above_the_maximum_is_refused(parts):
@@ -138,7 +169,7 @@ async def test_each_gateway_writes_the_markers_of_its_partitions_and_the_last_co
                                        lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)  # a coordinator owning none of them
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0), ("t", 1)])
-    assert (await elsewhere.end("tx", 100, 0, commit=True)).state == TxnState.PREPARE_COMMIT
+    assert (await elsewhere.end("tx", 100, 0, commit=True, version=TxnVersion.V1)).state == TxnState.PREPARE_COMMIT
     partly = await here.complete("tx")
     assert partly.state == TxnState.PREPARE_COMMIT and partly.partitions_done == {("t", 0)}
     await here.sweep()  # nothing more it can do, and nothing written twice
@@ -158,7 +189,7 @@ async def test_the_next_transaction_finishes_the_previous_one_instead_of_being_s
                                        lambda: clock[0], failures=MaintenanceFailures(), mode=Mode.CLUSTER)
     await coordinator.init_producer_id("tx", 60_000)
     await coordinator.add_partitions("tx", 100, 0, [("t", 0)])
-    await elsewhere.end("tx", 100, 0, commit=False)  # decided, its marker not written yet
+    await elsewhere.end("tx", 100, 0, commit=False, version=TxnVersion.V1)  # decided, its marker not written yet
     assert (await store.get("tx")).transaction.state == TxnState.PREPARE_ABORT
     nxt = await coordinator.add_partitions("tx", 100, 0, [("t", 1)])  # not CONCURRENT_TRANSACTIONS
     assert nxt.state == TxnState.ONGOING and nxt.partitions == {("t", 1)}
@@ -169,7 +200,7 @@ async def test_an_id_unused_for_its_expiration_is_deleted_and_one_in_flight_kept
     coordinator, markers, clock, store = parts
     await coordinator.init_producer_id("done", 60_000)
     await coordinator.add_partitions("done", 100, 0, [("t", 0)])
-    await coordinator.end("done", 100, 0, commit=True)
+    await coordinator.end("done", 100, 0, commit=True, version=TxnVersion.V1)
     await coordinator.init_producer_id("idle", 60_000)
     busy = await coordinator.init_producer_id("busy", 60_000)
     clock[0] += coordinator.id_expiration_ms - 1

@@ -182,6 +182,61 @@ async def test_offsets_committed_in_a_transaction_are_unstable_until_it_commits(
     assert await offset_fetch(True) == (ErrorCode.none, 42)
 
 
+async def test_transactions_v2_add_partitions_and_groups_implicitly_and_bump_the_epoch_per_transaction(nursery):
+    """KIP-890 part 2 as the Java client 4.x speaks it: Produce v12 and TxnOffsetCommit v5
+    add their partition and group themselves, EndTxn v5 answers the next epoch, whose
+    markers fence a late batch of the ended transaction; DescribeProducers shows the bump."""
+    running, _ = await start_gateway(nursery)
+    client = await Client.connect(running.port)
+    await create_topic(client, "t")
+
+    async def produce(batch, version=12):
+        body = await _call(client, 0, version, dict(transactional_id="app", acks=-1, timeout=5000, topic_data=[
+            dict(name="t", partition_data=[dict(index=0, records=batch)])]))
+        return body.responses[0].partition_responses[0].error_code
+
+    async def end(producer, commit):
+        body = await _call(client, 26, 5, dict(transactional_id="app", producer_id=producer[0],
+                                               producer_epoch=producer[1], committed=commit))
+        return body.error_code, (body.producer_id, body.producer_epoch)
+
+    async def producer_epochs():
+        body = await _call(client, 61, 0, dict(topics=[dict(name="t", partition_indexes=[0])]))
+        return [(p.producer_id, p.producer_epoch) for p in body.topics[0].partitions[0].active_producers]
+
+    producer = await _init(client, "app", version=5)
+    assert await produce(_txn_batch(producer, [b"old-protocol"]), version=11) == ErrorCode.invalid_txn_state
+    assert await produce(_txn_batch(producer, [b"a", b"b"])) == ErrorCode.none  # no AddPartitionsToTxn
+    body = await _call(client, 28, 5, dict(transactional_id="app", group_id="g", producer_id=producer[0],
+                                           producer_epoch=producer[1], generation_id=-1, member_id="",
+                                           group_instance_id=None, topics=[dict(name="t", partitions=[dict(
+                                               partition_index=0, committed_offset=7, committed_leader_epoch=-1,
+                                               committed_metadata=None)])]))
+    assert body.topics[0].partitions[0].error_code == ErrorCode.none  # no AddOffsetsToTxn
+    code, following = await end(producer, commit=True)
+    assert (code, following) == (ErrorCode.none, (producer[0], producer[1] + 1))
+    assert await end(producer, commit=True) == (ErrorCode.none, following)  # a retry: the same answer
+    assert await producer_epochs() == [following]  # the marker carried the next epoch
+    # A batch of the ended transaction arriving late is fenced, not a hanging transaction.
+    assert await produce(_txn_batch(producer, [b"late"], sequence=2)) == ErrorCode.invalid_producer_epoch
+    assert await produce(_txn_batch(following, [b"c"])) == ErrorCode.none  # the next transaction, sequence 0
+    code, after_abort = await end(following, commit=False)
+    assert (code, after_abort) == (ErrorCode.none, (producer[0], producer[1] + 2))
+    assert await producer_epochs() == [after_abort]
+    code, after_empty = await end(after_abort, commit=False)  # an abort with nothing begun bumps too
+    assert (code, after_empty) == (ErrorCode.none, (producer[0], producer[1] + 3))
+    answer = await _fetch(client, "t", 1)
+    data = bytes(answer.records or b"")
+    values = [(r.offset, r.value) for h in split_batches(data) if not h.is_control
+              for r in iter_records(data[h.position:h.position + h.size], h.at(position=0))]
+    assert values == [(0, b"a"), (1, b"b"), (3, b"c")]  # a, b, their marker, c, its marker
+    assert [(a.producer_id, a.first_offset) for a in answer.aborted_transactions] == [(producer[0], 3)]
+    assert answer.last_stable_offset == answer.high_watermark == 5
+    body = await _call(client, 9, 7, dict(group_id="g", topics=[dict(name="t", partition_indexes=[0])],
+                                          require_stable=True))
+    assert body.topics[0].partitions[0].committed_offset == 7
+
+
 async def test_the_admin_apis_describe_transactions_and_producers(nursery):
     running, _ = await start_gateway(nursery)
     client = await Client.connect(running.port)

@@ -83,10 +83,57 @@ def test_offsets_join_the_transaction_with_their_group():
     assert txn.with_group(7, 0, "h", 6).group_ids == {"g", "h"}
 
 
+def test_transactions_v2_bump_the_epoch_at_every_end_and_answer_a_retry_with_the_producer_given():
+    txn = _fresh().with_partitions(7, 0, [("t", 0)], now_ms=10)
+    prepared = txn.ending_v2(7, 0, commit=True, now_ms=20)
+    # The markers carry the next epoch: a late batch of epoch 0 is fenced in every partition.
+    assert (prepared.state, prepared.producer_epoch, prepared.producer_after) == (TxnState.PREPARE_COMMIT, 1, (7, 1))
+    assert _code(lambda: prepared.ending_v2(7, 0, commit=True, now_ms=21)) == ErrorCode.concurrent_transactions
+    done = prepared.completed(now_ms=30)
+    assert (done.state, done.producer_id, done.producer_epoch, done.next_producer) == (
+        TxnState.COMPLETE_COMMIT, 7, 1, None)
+    assert done.ending_v2(7, 0, commit=True, now_ms=31) is None  # the retry: answered with (7, 1)
+    assert _code(lambda: done.ending_v2(7, 0, commit=False, now_ms=31)) == ErrorCode.producer_fenced
+    assert _code(lambda: done.with_partitions(7, 0, [("t", 0)], 32)) == ErrorCode.producer_fenced
+    following = done.with_partitions(7, 1, [("t", 0)], 32)  # the next transaction, under epoch 1
+    assert following.state == TxnState.ONGOING
+    assert following.ending_v2(7, 1, commit=False, now_ms=33).producer_after == (7, 2)
+
+
+def test_transactions_v2_abort_with_nothing_begun_bumps_the_epoch_and_commit_is_refused():
+    fresh = _fresh()
+    aborted = fresh.ending_v2(7, 0, commit=False, now_ms=5)
+    assert (aborted.state, aborted.partitions, aborted.all_done) == (TxnState.PREPARE_ABORT, frozenset(), True)
+    assert aborted.completed(6).producer_after == (7, 1)
+    assert _code(lambda: fresh.ending_v2(7, 0, commit=True, now_ms=5)) == ErrorCode.invalid_txn_state
+
+
+def test_transactions_v2_at_the_last_epochs_hand_the_producer_a_new_id():
+    worn = Transaction("app-1", 7, MAX_EPOCH - 1, 60_000).with_partitions(7, MAX_EPOCH - 1, [("t", 0)], 1)
+    with pytest.raises(ValueError):
+        worn.ending_v2(7, MAX_EPOCH - 1, True, 2)
+    prepared = worn.ending_v2(7, MAX_EPOCH - 1, True, 2, new_producer_id=99)
+    assert (prepared.producer_id, prepared.producer_epoch) == (7, MAX_EPOCH)  # the markers' producer
+    done = prepared.completed(3)
+    assert (done.producer_id, done.producer_epoch) == (99, 0)
+    assert done.ending_v2(7, MAX_EPOCH - 1, True, 4) is None  # a retry with the old id is still recognised
+
+
+def test_transactions_v2_offsets_add_their_group_themselves():
+    offset = PendingOffset("g", "t", 0, 42)
+    assert _code(lambda: _fresh().with_offsets(7, 0, [offset], 5)) == ErrorCode.invalid_txn_state
+    txn = _fresh().with_offsets(7, 0, [offset], 5, implicit=True)
+    assert (txn.state, txn.group_ids, txn.offsets) == (TxnState.ONGOING, {"g"}, (offset,))
+    assert _code(lambda: _fresh().with_offsets(7, 3, [offset], 5, implicit=True)) == ErrorCode.producer_fenced
+
+
 @given(st.sampled_from(list(TxnState)), st.frozensets(st.tuples(st.text(max_size=5), st.integers(0, 100))),
-       st.frozensets(st.text(max_size=5)))
-def test_a_stored_transaction_reads_back_as_written(state, partitions, groups):
-    txn = Transaction("id", 3, 4, 500, state, partitions, groups, 10, 20)
+       st.frozensets(st.text(max_size=5)),
+       st.none() | st.tuples(st.integers(0, 2**62), st.integers(0, MAX_EPOCH)),
+       st.none() | st.tuples(st.integers(0, 2**62), st.integers(0, MAX_EPOCH)))
+def test_a_stored_transaction_reads_back_as_written(state, partitions, groups, ended_by, next_producer):
+    txn = Transaction("id", 3, 4, 500, state, partitions, groups, 10, 20, ended_by=ended_by,
+                      next_producer=next_producer)
     assert Transaction.from_json("id", txn.to_json()) == txn
 
 

@@ -29,6 +29,7 @@ public class KafscaleJavaClient {
             case "consume" -> consume(props, args[3], args[4], Integer.parseInt(args[5]), args[6], args[7]);
             case "remove-static" -> removeStatic(props, args[3], args[4]);
             case "consumer-protocol" -> consumerProtocol(props, args[3], args[4], Integer.parseInt(args[5]));
+            case "transactions" -> transactions(props, args[3], args[4], Integer.parseInt(args[5]));
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -158,5 +159,52 @@ public class KafscaleJavaClient {
             ConsumerGroupDescription described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
             System.out.println("members_left=" + described.members().size());
         }
+    }
+
+    /** One transactional producer through several transactions (every third aborted), each with
+     *  its records and a group's offset; the partition's producer epoch after each, as the admin's
+     *  describeProducers sees it; then what a read_committed consumer reads and the group's offset. */
+    static void transactions(Properties props, String topic, String group, int transactions) throws Exception {
+        Properties admin_props = (Properties) props.clone();
+        Properties consumer_props = (Properties) props.clone();
+        props.put("key.serializer", StringSerializer.class.getName());
+        props.put("value.serializer", StringSerializer.class.getName());
+        props.put("transactional.id", "java-tx-" + topic);
+        TopicPartition partition = new TopicPartition(topic, 0);
+        List<Integer> epochs = new ArrayList<>();
+        int committed = 0;
+        try (Producer<String, String> producer = new KafkaProducer<>(props); Admin admin = Admin.create(admin_props)) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            producer.initTransactions();
+            for (int i = 0; i < transactions; i++) {
+                boolean abort = i % 3 == 2;
+                producer.beginTransaction();
+                for (int j = 0; j < 5; j++) producer.send(new ProducerRecord<>(topic, "k" + j, (abort ? "aborted-" : "committed-") + i + "-" + j));
+                producer.sendOffsetsToTransaction(Map.of(new TopicPartition("source", 0), new OffsetAndMetadata(i + 1)),
+                        new ConsumerGroupMetadata(group));
+                if (abort) { producer.flush(); producer.abortTransaction(); } else { producer.commitTransaction(); committed++; }
+                var described = admin.describeProducers(List.of(partition)).partitionResult(partition).get(30, TimeUnit.SECONDS);
+                epochs.add(described.activeProducers().stream().mapToInt(ProducerState::producerEpoch).max().orElse(-1));
+            }
+            var offsets = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            OffsetAndMetadata source = offsets.get(new TopicPartition("source", 0));
+            System.out.println("group_offset=" + (source == null ? -1 : source.offset()));
+        }
+        System.out.println("epochs=" + epochs);
+        consumer_props.put("key.deserializer", StringDeserializer.class.getName());
+        consumer_props.put("value.deserializer", StringDeserializer.class.getName());
+        consumer_props.put("isolation.level", "read_committed");
+        List<String> values = new ArrayList<>();
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(consumer_props)) {
+            consumer.assign(List.of(partition));
+            consumer.seekToBeginning(List.of(partition));
+            long deadline = System.currentTimeMillis() + 20_000;
+            while (values.size() < committed * 5 && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(500))) values.add(record.value());
+            }
+            for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofSeconds(1))) values.add(record.value());
+        }
+        System.out.println("read=" + values.size());
+        System.out.println("aborted_seen=" + values.stream().filter(v -> v.startsWith("aborted")).count());
     }
 }
