@@ -323,7 +323,8 @@ class GroupsConfig:
         "group.consumer.session.timeout.ms; a group's consumer.session.timeout.ms overrides it)", minimum=1)
     group_consumer_heartbeat_interval_ms: int = _opt(
         5000, "consumer-protocol groups: how often members heartbeat, and so how soon they learn of a new "
-        "assignment (Kafka's group.consumer.heartbeat.interval.ms)", minimum=1)
+        "assignment (Kafka's group.consumer.heartbeat.interval.ms; a group's consumer.heartbeat.interval.ms overrides "
+        "it)", minimum=1)
     group_consumer_max_size: int = _opt(
         2**31 - 1, "most members of one consumer-protocol group (more: GROUP_MAX_SIZE_REACHED)", minimum=1)
     transaction_version: int = _opt(

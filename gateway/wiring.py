@@ -30,11 +30,13 @@ from .cluster.catalog_mirror import mirror_catalog
 from .cluster.membership import ClusterMember, ClusterStartError
 from .cluster.node_lease import NodeIdTaken, NodeLease, held_node
 from .cluster.rebalance import Rebalancer
+from .cluster.view import SECURITY
 from .config import GatewayConfig
 from .context import GatewayContext
 from .etcd import EtcdClient, EtcdError, tls_context
 from .fetch_sessions import FetchSessions
 from .groups import EmbeddedGroupStore, GroupCoordinator
+from .groups.configs import GROUP_CONFIGS_PART, EmbeddedGroupConfigs, EtcdGroupConfigs
 from .groups.offsets_topic import ClusterOffsetsTopic, OffsetsTopic
 from .groups.settings import GroupSettings
 from .groups.store import EtcdGroupStore
@@ -186,6 +188,7 @@ class Gateway:
         try:
             await self.metadata.load()
             await self.security.load()
+            await self.groups.configs.load()
             await self.access.bootstrap()
             await self.logs.start()
             await self.coordination.join()
@@ -262,6 +265,7 @@ def _embedded(config: GatewayConfig, store: AsyncStore, clock: Clock, sole: Sole
     groups = GroupCoordinator(EmbeddedGroupStore(store, config.storage.namespace), _group_settings(config),
                               on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=OffsetsTopic(logs, config.groups.offsets_topic_num_partitions, failures),
+                              configs=EmbeddedGroupConfigs(store, config.storage.namespace),
                               mode=Mode.EMBEDDED, slots=1)
     transactions = EmbeddedTransactionStore(store, config.storage.namespace)
     return _gateway(config, store, clock, metrics, failures, metadata, security, logs, groups, Embedded(groups),
@@ -272,13 +276,14 @@ def _clustered(config: GatewayConfig, store: AsyncStore, clock: Clock, etcd: Etc
     metrics, failures = _observed()
     metadata = EtcdMetadataStore(etcd, root)
     security = EtcdSecurityStore(etcd, root)
-    member = ClusterMember(config, etcd, metadata, security, root, node)
+    group_configs = EtcdGroupConfigs(etcd, root)
+    member = ClusterMember(config, etcd, metadata, {SECURITY: security, GROUP_CONFIGS_PART: group_configs}, root, node)
     group_store = EtcdGroupStore(etcd, root, config.cluster.coordinator_slots, lease=lambda: node.lease)
     logs = LogManager(config, store, metadata, member, failures, clock)
     groups = GroupCoordinator(group_store, _group_settings(config), on_rebalance=lambda group_id: metrics.rebalances.inc(),
                               offsets_log=ClusterOffsetsTopic(logs, config.groups.offsets_topic_num_partitions,
                                                               failures, group_store),
-                              mode=Mode.CLUSTER, slots=config.cluster.coordinator_slots)
+                              configs=group_configs, mode=Mode.CLUSTER, slots=config.cluster.coordinator_slots)
     rebalancer = Rebalancer(member, logs, groups, config.cluster.cluster_refresh_ms / 1000)
     coordination = Clustered(etcd, member, rebalancer, metadata, store, config.storage.namespace)
     return _gateway(config, store, clock, metrics, failures, metadata, security, logs, groups, coordination,

@@ -52,8 +52,8 @@ def _unit_key(unit: tuple[str, int]) -> str:
 class ClusterMember:
     mode = Mode.CLUSTER
 
-    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadataStore, security: FollowedPart,
-                 root: str, node: NodeLease) -> None:
+    def __init__(self, config: GatewayConfig, etcd: EtcdClient, metadata: EtcdMetadataStore,
+                 followed: dict[str, FollowedPart], root: str, node: NodeLease) -> None:
         self.node = node
         self.node_id = node.node_id
         self.me = node.broker
@@ -62,7 +62,7 @@ class ClusterMember:
         self._refresh_s = config.cluster.cluster_refresh_ms / 1000
         self.slots = config.cluster.coordinator_slots
         self._wakeup = trio.Event()
-        self.view = ClusterView(etcd, root, metadata, security, on_change=self._wakeup_now,
+        self.view = ClusterView(etcd, root, metadata, followed, on_change=self._wakeup_now,
                                 retry_s=min(1.0, self._refresh_s))
         self.acquired = 0
         self.released = 0

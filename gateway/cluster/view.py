@@ -1,6 +1,7 @@
 """The cluster as etcd has it — live gateways, owners, topics — kept in memory by watches.
 
-Each part (``brokers/``, ``owners/``, ``topics/``) is read once, then followed
+Each part (``brokers/``, ``owners/``, ``topics/``, and the parts others keep: ``security/``,
+``group-configs/``) is read once, then followed
 with a streaming watch from the revision it was read at; a broken stream is read
 again and re-watched. Nothing here decides anything: the membership reacts to
 ``on_change``.
@@ -22,8 +23,8 @@ from ..ownership import Broker
 
 
 class FollowedPart(Protocol):
-    """A part of the cluster state kept by its owner (credentials and ACLs): read whole,
-    then changed key by key."""
+    """A part of the cluster state kept by its owner (credentials and ACLs, group configs):
+    read whole, then changed key by key."""
 
     def replace(self, kvs: list[KeyValue]) -> None: ...
     def apply(self, kv: KeyValue, deleted: bool) -> None: ...
@@ -43,8 +44,9 @@ class Owner:
 
 
 class ClusterView:
-    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadataStore, security: FollowedPart,
+    def __init__(self, etcd: EtcdClient, root: str, metadata: EtcdMetadataStore, followed: dict[str, FollowedPart],
                  on_change: Callable[[], None], retry_s: float) -> None:
+        """``followed``: the parts kept by others, by their prefix under ``root``."""
         self._etcd = etcd
         self._root = root
         self._metadata = metadata  # holds the topics part
@@ -52,8 +54,8 @@ class ClusterView:
         self._retry_s = retry_s
         self.brokers: dict[int, Broker] = {}
         self.owners: dict[tuple[str, int], Owner] = {}
-        self._security = security
-        self._parts = (BROKERS, OWNERS, TOPICS, SECURITY)
+        self._followed = followed
+        self._parts = (BROKERS, OWNERS, TOPICS, *followed)
 
     async def read_all(self) -> None:
         for part in self._parts:
@@ -70,10 +72,10 @@ class ClusterView:
             self.brokers = dict(self._parsed(self._broker, kvs))
         elif part == OWNERS:
             self.owners = dict(self._parsed(self._owner, kvs))
-        elif part == SECURITY:
-            self._security.replace(kvs)
-        else:
+        elif part == TOPICS:
             self._metadata.replace(kvs, revision)
+        else:
+            self._followed[part].replace(kvs)
         return revision
 
     @staticmethod
@@ -97,8 +99,8 @@ class ClusterView:
     def _apply_one(self, part: str, kv: KeyValue, deleted: bool) -> None:
         if part == TOPICS:
             self._metadata.apply(kv, deleted)
-        elif part == SECURITY:
-            self._security.apply(kv, deleted)
+        elif part in self._followed:
+            self._followed[part].apply(kv, deleted)
         elif part == BROKERS:
             if deleted:
                 self.brokers.pop(self._node_id(kv), None)

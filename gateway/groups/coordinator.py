@@ -20,6 +20,7 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 
 from ..ownership import Mode
 from .classic import ClassicGroup, GroupState, JoinAnswer, JoinRequest, Parked, RebalanceBegan
+from .configs import GroupConfigs, settings_with
 from .consumer import ConsumerGroup, Heartbeat, HeartbeatAnswer
 from .offsets_topic import OffsetsLog
 from .settings import GroupSettings
@@ -56,10 +57,11 @@ def _now() -> float:
 class GroupCoordinator:
     def __init__(self, store: GroupStore, settings: GroupSettings,
                  on_rebalance: Callable[[str], None] = lambda group_id: None, *,
-                 offsets_log: OffsetsLog, mode: Mode, slots: int) -> None:
+                 offsets_log: OffsetsLog, configs: GroupConfigs, mode: Mode, slots: int) -> None:
         self._store = store
         self._offsets_log = offsets_log  # __consumer_offsets for readers (a lone gateway's)
         self.settings = settings
+        self.configs = configs  # groups' own configs over ``settings`` (IncrementalAlterConfigs)
         self._on_rebalance = on_rebalance
         self.groups: dict[str, Group] = {}
         self._answers: dict[tuple[str, str, str], _Answer] = {}  # (group, "join"|"sync", member) → waiting
@@ -75,6 +77,10 @@ class GroupCoordinator:
         # Groups whose stored state does not parse: refused (COORDINATOR_NOT_AVAILABLE) rather
         # than started empty, which would reset their consumers and overwrite what is stored.
         self.damaged: dict[str, str] = {}
+
+    def settings_of(self, group_id: str) -> GroupSettings:
+        """The gateway's group settings with the group's own configs over them."""
+        return settings_with(self.settings, self.configs.of(group_id))
 
     async def load(self) -> None:
         """Alone: load every group once at start."""
@@ -93,10 +99,10 @@ class GroupCoordinator:
         group: Group
         if stored.kind == ConsumerGroup.kind and stored.membership is not None:
             # Its members carry on at their epochs, with their partitions.
-            group = ConsumerGroup.restore(stored.group_id, self.settings, stored.membership, dict(stored.offsets),
-                                          _now())
+            group = ConsumerGroup.restore(stored.group_id, self.settings_of(stored.group_id), stored.membership,
+                                          dict(stored.offsets), _now())
         elif stored.kind == ConsumerGroup.kind:
-            group = ConsumerGroup(stored.group_id, self.settings, group_epoch=stored.generation,
+            group = ConsumerGroup(stored.group_id, self.settings_of(stored.group_id), group_epoch=stored.generation,
                                   assignment_epoch=stored.generation, offsets=dict(stored.offsets))
         else:
             group = ClassicGroup(stored.group_id, self.settings, generation=stored.generation,
@@ -229,7 +235,7 @@ class GroupCoordinator:
                              f"group {group_id!r} is a classic group with members; the consumer protocol joins it "
                              "once they have left (online migration is not served yet)")
         consumer = self.groups[group_id] = ConsumerGroup(
-            group_id, self.settings, group_epoch=group.generation if group else 0,
+            group_id, self.settings_of(group_id), group_epoch=group.generation if group else 0,
             assignment_epoch=group.generation if group else 0, offsets=group.offsets if group else {})
         return consumer
 
@@ -240,6 +246,7 @@ class GroupCoordinator:
         if not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
         group = self._consumer(group_id)
+        group.settings = self.settings_of(group_id)  # its configs may have changed since
         changes = group.changes
         answer = group.heartbeat(beat, topics, _now())
         self._rearm(group)

@@ -1,5 +1,5 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics
-(and a read-only view of the broker)."""
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics and
+groups (KIP-848's group configs), and a read-only view of the broker."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
 from ..failures import FAILURES, code_of
+from ..groups.configs import GROUP_CONFIGS, validate_group_configs
 from ..security.acl import Operation
 from ..topic_configs import (
     DEFAULT_CONFIG,
@@ -22,6 +23,8 @@ from .base import register, respond
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
+DYNAMIC_GROUP_CONFIG = 8  # ConfigSource of a config set on the group
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -117,6 +120,11 @@ async def handle_describe_configs(ctx: RequestContext, request: Request):
             code, message = ErrorCode.topic_authorization_failed, "DESCRIBE_CONFIGS is not allowed"
         elif resource.resource_type == BROKER and not ctx.access.allowed_cluster(Operation.DESCRIBE_CONFIGS):
             code, message = ErrorCode.cluster_authorization_failed, "DESCRIBE_CONFIGS is not allowed"
+        elif resource.resource_type == GROUP and not ctx.access.allowed_group(Operation.DESCRIBE_CONFIGS,
+                                                                             resource.resource_name):
+            code, message = ErrorCode.group_authorization_failed, "DESCRIBE_CONFIGS is not allowed"
+        elif resource.resource_type == GROUP:
+            entries = _group_configs(ctx, resource.resource_name, include_docs)
         elif resource.resource_type == TOPIC:
             info = ctx.logs.topics().get(resource.resource_name)
             if info is None:
@@ -183,25 +191,63 @@ async def _alter(ctx: RequestContext, request: Request, incremental: bool):
         try:
             if resource.resource_type == BROKER:
                 raise KafkaError(ErrorCode.invalid_request, "broker configs are read-only; use the gateway's options")
-            if resource.resource_type != TOPIC:
+            if resource.resource_type == TOPIC:
+                await _alter_topic(ctx, resource, incremental, validate_only)
+            elif resource.resource_type == GROUP:
+                await _alter_group(ctx, resource, incremental, validate_only)
+            else:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not supported")
-            ctx.access.require_topic(Operation.ALTER_CONFIGS, resource.resource_name)
-            info = ctx.logs.topics().get(resource.resource_name)
-            if info is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}")
-            if incremental:
-                validate_topic_configs({item.name: None for item in resource.configs})  # known names
-                configs = _apply(dict(info.configs), resource.configs, ctx.config)
-            else:  # AlterConfigs replaces the whole set
-                configs = {item.name: item.value for item in resource.configs if item.value is not None}
-            validate_topic_configs(configs)
-            if not validate_only:
-                await ctx.logs.alter_topic_configs(resource.resource_name, configs)
         except FAILURES as exc:
             code, message = code_of(exc), str(exc)
         responses.append(dict(error_code=code, error_message=message, resource_type=resource.resource_type,
                               resource_name=resource.resource_name))
     return respond(request, dict(responses=responses))
+
+
+async def _alter_topic(ctx: RequestContext, resource, incremental: bool, validate_only: bool) -> None:
+    ctx.access.require_topic(Operation.ALTER_CONFIGS, resource.resource_name)
+    info = ctx.logs.topics().get(resource.resource_name)
+    if info is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {resource.resource_name!r}")
+    if incremental:
+        validate_topic_configs({item.name: None for item in resource.configs})  # known names
+        configs = _apply(dict(info.configs), resource.configs, ctx.config)
+    else:  # AlterConfigs replaces the whole set
+        configs = {item.name: item.value for item in resource.configs if item.value is not None}
+    validate_topic_configs(configs)
+    if not validate_only:
+        await ctx.logs.alter_topic_configs(resource.resource_name, configs)
+
+
+async def _alter_group(ctx: RequestContext, resource, incremental: bool, validate_only: bool) -> None:
+    """A group's configs, whether the group exists or not (as in Kafka); the group's
+    coordinator applies them at the members' next heartbeats."""
+    group_id = resource.resource_name
+    if not ctx.access.allowed_group(Operation.ALTER_CONFIGS, group_id):
+        raise KafkaError(ErrorCode.group_authorization_failed, f"ALTER_CONFIGS on group {group_id!r} is not allowed")
+    if not group_id:
+        raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
+    if incremental:
+        configs = _apply(dict(ctx.groups.configs.of(group_id)), resource.configs, ctx.config)
+    else:
+        configs = {item.name: item.value for item in resource.configs if item.value is not None}
+    validate_group_configs(configs, ctx.groups.settings)
+    if not validate_only:
+        await ctx.groups.configs.set(group_id, configs)
+
+
+def _group_configs(ctx: RequestContext, group_id: str, include_docs: bool) -> list[dict]:
+    """Every group config served: the group's own, else the gateway's default."""
+    own = ctx.groups.configs.of(group_id)
+    entries = []
+    for name, spec in sorted(GROUP_CONFIGS.items()):
+        option = "group_" + spec.setting
+        if name in own:
+            value, source = own[name], DYNAMIC_GROUP_CONFIG
+        else:
+            value, source = str(ctx.config.option(option)), option_source(ctx.config, option)
+        entries.append(_entry(name, value, source, False, spec.documentation, include_docs, _INT))
+    return entries
 
 
 @register(ApiKey.ALTER_CONFIGS, error=_alter_error)

@@ -492,3 +492,50 @@ def test_sigterm_hands_partitions_over_at_once(cluster, tmp_path):
     assert all(owners[p][1] > before[p][1] for p in moved), (before, owners)  # new leader epochs
     counts = verify(cluster, "rolling", 6, acked)
     assert counts["duplicated"] == 0, counts
+
+
+def test_group_configs_set_through_one_gateway_reach_the_groups_coordinator(cluster):
+    """IncrementalAlterConfigs on a GROUP, sent to any gateway, is stored in etcd and followed
+    by every gateway's watch: the group's coordinator answers its members' heartbeats with it,
+    and every gateway describes it."""
+    import trio
+
+    from devkit.wire_client import Client
+    from kafscale.protocol.entities import build
+    from kafscale.protocol.messages import request_class
+
+    create_topic(cluster, "tuned-topic", 2)
+
+    def request(key: int, version: int, **values):
+        return build(request_class(key, version), values)
+
+    async def described(gateway) -> str:
+        client = await Client.connect(gateway.port)
+        body = await client.call(32, 4, request(32, 4, resources=[dict(
+            resource_type=32, resource_name="tuned", configuration_keys=["consumer.heartbeat.interval.ms"])],
+            include_synonyms=False, include_documentation=False))
+        await client.stream.aclose()
+        return body.results[0].configs[0].value
+
+    async def scenario() -> None:
+        first = await Client.connect(cluster.gateways[0].port)
+        altered = await first.call(44, 1, request(44, 1, resources=[dict(
+            resource_type=32, resource_name="tuned", configs=[dict(
+                name="consumer.heartbeat.interval.ms", config_operation=0, value="1234")])], validate_only=False))
+        assert altered.responses[0].error_code == 0
+        found = await first.call(10, 4, request(10, 4, key_type=0, coordinator_keys=["tuned"]))
+        coordinator = next(g for g in cluster.gateways if g.port == found.coordinators[0].port)
+        await first.stream.aclose()
+        with trio.fail_after(10):  # each gateway's watch brings the change
+            for gateway in cluster.gateways:
+                while await described(gateway) != "1234":
+                    await trio.sleep(0.1)
+        member = await Client.connect(coordinator.port)
+        joined = await member.call(68, 1, request(
+            68, 1, group_id="tuned", member_id="m-1", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout=30_000, subscribed_topic_names=["tuned-topic"], subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=[]))
+        await member.stream.aclose()
+        assert joined.error_code == 0 and joined.heartbeat_interval.total_seconds() == 1.234
+
+    trio.run(scenario)

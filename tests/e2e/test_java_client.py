@@ -37,12 +37,15 @@ def test_producers_and_a_read_committed_static_member(gateway):
 
 def test_a_consumer_protocol_member_and_its_description(gateway):
     """KIP-848 with the reference client: group.protocol=consumer reads everything, commits, and
-    the admin describes the group through ConsumerGroupDescribe."""
+    the admin describes the group through ConsumerGroupDescribe and sets and describes its
+    group configs."""
     java_client.run("produce", gateway.bootstrap, "j848", "30", "idempotent", "none")
     out = java_client.run("consumer-protocol", gateway.bootstrap, "j848", "j848-group", "30")
     assert (out["count"], out["committed_total"]) == ("30", "30")
     assert (out["group_type"], out["state"], out["members"]) == ("Consumer", "Stable", "1")
     assert out["member_partitions"] == out["assigned"] != "0"
+    # KIP-848's group configs through the Java admin (the GROUP config resource).
+    assert out["group_heartbeat_interval"] == "1000/DYNAMIC_GROUP_CONFIG"
 
 
 @pytest.mark.parametrize("version", [2, 1])

@@ -5,6 +5,7 @@ import pytest
 import trio
 
 from kafscale.gateway.groups import EmbeddedGroupStore, GroupCoordinator, GroupState
+from kafscale.gateway.groups.configs import EmbeddedGroupConfigs
 from kafscale.gateway.groups.coordinator import GroupSettings
 from kafscale.gateway.groups.offsets_topic import NoOffsetsTopic
 from kafscale.gateway.groups.store import CommittedOffset
@@ -16,6 +17,12 @@ from kafscale.storage_backends import MemoryBackend
 SETTINGS = GroupSettings(min_session_timeout_ms=1000, max_session_timeout_ms=60_000, initial_rebalance_delay_ms=0)
 
 
+def _coordinator(backend) -> GroupCoordinator:
+    store = AsyncStore(backend, 2)
+    return GroupCoordinator(EmbeddedGroupStore(store, "ns"), SETTINGS, offsets_log=NoOffsetsTopic(),
+                            configs=EmbeddedGroupConfigs(store, "ns"), mode=Mode.EMBEDDED, slots=1)
+
+
 @pytest.fixture
 def backend():
     return MemoryBackend()
@@ -23,7 +30,7 @@ def backend():
 
 @pytest.fixture
 async def coordinator(nursery, backend):
-    groups = GroupCoordinator(EmbeddedGroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    groups = _coordinator(backend)
     await nursery.start(groups.run)
     return groups
 
@@ -161,7 +168,7 @@ async def test_commit_rules_and_durable_offsets(autojump_clock, coordinator, bac
     group = coordinator.check_commit("g", member, 1, None)
     await coordinator.commit(group, {("t", 1): CommittedOffset(9)})
 
-    reloaded = GroupCoordinator(EmbeddedGroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    reloaded = _coordinator(backend)
     await reloaded.load()
     assert reloaded.committed("solo")[("t", 0)] == CommittedOffset(42, -1, "meta", 1)
     assert reloaded.committed("g")[("t", 1)].offset == 9
@@ -236,7 +243,8 @@ async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock
     in the store when it returns, the last one stored wins, and the ones that queued behind the
     first write share one write."""
     store = _SlowFirstSave(backend)
-    coordinator = GroupCoordinator(store, SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    coordinator = GroupCoordinator(store, SETTINGS, offsets_log=NoOffsetsTopic(), configs=EmbeddedGroupConfigs(
+        AsyncStore(backend, 2), "ns"), mode=Mode.EMBEDDED, slots=1)
     group = coordinator.check_commit("g", "", -1, None)
     acknowledged = []
 
@@ -249,7 +257,7 @@ async def test_concurrent_commits_leave_the_newest_offsets_stored(autojump_clock
             commits.start_soon(commit, offset)
             await trio.sleep(0.01)
     assert sorted(acknowledged) == list(range(1, 11))
-    reloaded = GroupCoordinator(EmbeddedGroupStore(AsyncStore(backend, 2), "ns"), SETTINGS, offsets_log=NoOffsetsTopic(), mode=Mode.EMBEDDED, slots=1)
+    reloaded = _coordinator(backend)
     await reloaded.load()
     assert reloaded.committed("g")[("t", 0)].offset == 10
     assert store.writes == 2

@@ -159,6 +159,51 @@ async def test_describe_topic_partitions_pages_with_its_cursor():
         assert lost.topics[0].error_code == ErrorCode.invalid_request
 
 
+def _alter_group(group: str, *operations: tuple[str, int, str | None]):
+    return _request(44, 1, resources=[dict(resource_type=32, resource_name=group, configs=[
+        dict(name=name, config_operation=operation, value=value) for name, operation, value in operations])],
+        validate_only=False)
+
+
+async def _group_configs(gateway, group: str) -> dict[str, tuple[str, int]]:
+    body = await gateway.call(32, 4, _request(32, 4, resources=[dict(resource_type=32, resource_name=group,
+                                                                       configuration_keys=None)],
+                                              include_synonyms=False, include_documentation=True))
+    (result,) = body.results
+    assert result.error_code == ErrorCode.none
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
+async def test_group_configs_are_set_described_and_followed_by_the_next_heartbeat():
+    """KIP-848's group configs on the GROUP resource (32): set before the group exists,
+    answered by its members' next heartbeat, described with their source, refused by name
+    and by value, deleted back to the gateway's default."""
+    SET, DELETE = 0, 1
+    async with direct_gateway() as gateway:
+        await _topic_id(gateway, "t", 1)
+        defaults = await _group_configs(gateway, "g")
+        assert defaults == {"consumer.heartbeat.interval.ms": ("5000", 5), "consumer.session.timeout.ms": ("45000", 5)}
+        altered = await gateway.call(44, 1, _alter_group("g", ("consumer.heartbeat.interval.ms", SET, "1500")))
+        assert altered.responses[0].error_code == ErrorCode.none
+        assert (await _group_configs(gateway, "g"))["consumer.heartbeat.interval.ms"] == ("1500", 8)
+        joined = await gateway.call(68, 1, _beat("m", 0, subscribed_topic_names=["t"]))
+        assert joined.heartbeat_interval.total_seconds() == 1.5
+        assert (await gateway.call(68, 1, _beat("x", 0, group_id="other", subscribed_topic_names=["t"]))
+                ).heartbeat_interval.total_seconds() == 5  # other groups keep the default
+        refusals = [
+            _alter_group("g", ("consumer.rebalance.magic", SET, "1")),
+            _alter_group("g", ("consumer.session.timeout.ms", SET, "-5")),
+            _alter_group("g", ("consumer.session.timeout.ms", SET, "1000")),  # not above the heartbeat interval
+            _alter_group("g", ("consumer.session.timeout.ms", 2, "1")),  # APPEND: not a list
+        ]
+        for request in refusals:
+            assert (await gateway.call(44, 1, request)).responses[0].error_code == ErrorCode.invalid_config
+        again = await gateway.call(44, 1, _alter_group("g", ("consumer.heartbeat.interval.ms", DELETE, None)))
+        assert again.responses[0].error_code == ErrorCode.none
+        assert (await _group_configs(gateway, "g"))["consumer.heartbeat.interval.ms"] == ("5000", 5)
+        assert (await gateway.call(68, 1, _beat("m", joined.member_epoch))).heartbeat_interval.total_seconds() == 5
+
+
 # Apache Kafka 4.3's broker: the highest version of each API it serves (kafka-clients 4.3.0's
 # ApiKeys, latestVersion() of every key in the BROKER listener's scope).
 KAFKA_4_3_MAX = {

@@ -127,6 +127,16 @@ public class KafscaleJavaClient {
         props.put("auto.offset.reset", "earliest");
         props.put("enable.auto.commit", "false");
         int count = 0;
+        try (Admin admin = Admin.create(admin_props)) {  // a group config, set before the group exists
+            var resource = new org.apache.kafka.common.config.ConfigResource(
+                    org.apache.kafka.common.config.ConfigResource.Type.GROUP, group);
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(new AlterConfigOp(
+                    new ConfigEntry("consumer.heartbeat.interval.ms", "1000"), AlterConfigOp.OpType.SET))))
+                    .all().get(30, TimeUnit.SECONDS);
+            ConfigEntry entry = admin.describeConfigs(List.of(resource)).all().get().get(resource)
+                    .get("consumer.heartbeat.interval.ms");
+            System.out.println("group_heartbeat_interval=" + entry.value() + "/" + entry.source());
+        }
         try (Consumer<String, String> consumer = new KafkaConsumer<>(props); Admin admin = Admin.create(admin_props)) {
             consumer.subscribe(List.of(topic));
             long deadline = System.currentTimeMillis() + 60_000;
