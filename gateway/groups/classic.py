@@ -393,6 +393,10 @@ class ClassicGroup:
         return dict(error_code=ErrorCode.none, protocol_type=self.protocol_type,
                     protocol_name=self.protocol_name, assignment=member.assignment)
 
+    def begin_rebalance(self, reason: str, now: float) -> None:
+        """Every member must join again (a group that came back from the consumer protocol)."""
+        self._prepare_rebalance(reason, now)
+
     def _prepare_rebalance(self, reason: str, now: float) -> None:
         log.info("group %s: preparing rebalance (%s)", self.group_id, reason)
         self.outbox.append(RebalanceBegan(reason))

@@ -21,20 +21,25 @@ topics are named here (the handler maps topic ids at the edge).
 
 from __future__ import annotations
 
+import base64
 import enum
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafscale.protocol.consumer_protocol import decode_subscription, encode_assignment
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.group_records import GroupMember
 
 from ..patterns import compile_regex
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, assignment_of, pairs_of
+from .classic import JoinRequest
 from .settings import GroupSettings
 from .store import CommittedOffset
 
-__all__ = ["ConsumerGroup", "ConsumerGroupState", "ConsumerMember", "MemberState", "Heartbeat", "HeartbeatAnswer",
+__all__ = ["ConsumerGroup", "ConsumerGroupState", "ConsumerMember", "ClassicMetadata", "MemberState", "Heartbeat",
+           "HeartbeatAnswer",
            "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH"]
 
 log = logging.getLogger("kafscale.groups")
@@ -82,6 +87,16 @@ class HeartbeatAnswer:
     assignment: Assignment | None  # None: unchanged since the member's last answer
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """A member that speaks the classic protocol in a consumer-protocol group (KIP-848's online
+    migration): it joins, syncs and heartbeats as a classic member, and the coordinator
+    assigns for it like for the others."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # its JoinGroup's (name, metadata), in its order
+
+
 @dataclass(eq=False)
 class ConsumerMember:
     member_id: str
@@ -101,6 +116,7 @@ class ConsumerMember:
     session_deadline: float = 0.0
     revoke_deadline: float | None = None
     left_static: bool = False  # left with epoch -2: its place is kept for its instance id
+    classic: ClassicMetadata | None = None  # set for a member that speaks the classic protocol
 
     def holds(self) -> set[tuple[str, int]]:
         return pairs_of(self.assigned) | pairs_of(self.revoking)
@@ -292,6 +308,133 @@ class ConsumerGroup:
             self.group_epoch += 1
         return HeartbeatAnswer(beat.member_id, beat.member_epoch, self.settings.consumer_heartbeat_interval_ms, None)
 
+    # -- classic members (online migration) -----------------------------------------------------
+
+    def classic_join(self, request: JoinRequest, topics: Mapping[str, int], now: float) -> dict:
+        """A classic member's JoinGroup, answered at once: its subscription and the partitions
+        it says it owns come from its metadata (Kafka's ConsumerProtocol); it is reconciled
+        as a heartbeat would reconcile it, and its member epoch is the generation it is told.
+        Its partitions come in its SyncGroup; a heartbeat tells it to join again when its
+        target moved (REBALANCE_IN_PROGRESS)."""
+        if request.protocol_type != self.protocol_type or not request.protocols:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                             f"group {self.group_id} is a consumer group: protocol type 'consumer' is needed")
+        settings = self.settings
+        if not settings.min_session_timeout_ms <= request.session_timeout_ms <= settings.max_session_timeout_ms:
+            raise KafkaError(ErrorCode.invalid_session_timeout,
+                             f"session timeout {request.session_timeout_ms} ms is outside "
+                             f"[{settings.min_session_timeout_ms}, {settings.max_session_timeout_ms}]")
+        try:
+            subscription = decode_subscription(request.protocols[0][1])
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, f"not a consumer subscription: {exc}") from exc
+        member = self._classic_joiner(request)
+        member.classic = ClassicMetadata(request.session_timeout_ms, tuple(request.protocols))
+        member.client_id, member.client_host = request.client_id, request.client_host
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if subscription.rack is not None:
+            member.rack_id = subscription.rack
+        if frozenset(subscription.topics) != member.subscribed_names:
+            member.subscribed_names = frozenset(subscription.topics)
+            self.group_epoch += 1
+            self.subscriptions_changed = True
+        member.session_deadline = now + request.session_timeout_ms / 1000
+        self.changes += 1
+        self._refresh_target(topics)
+        # What it says it owns is the truth of what it holds: an eager member gives everything up
+        # before joining again (and a subscription of version 0 names nothing it owns).
+        owned = subscription.owned if subscription.owned is not None else {}
+        held = pairs_of(owned)
+        if not member.holds() <= held:
+            self._hold(member, assignment_of(pairs_of(member.assigned) & held),
+                       assignment_of(pairs_of(member.revoking) & held))
+        self._reconcile(member, owned, now)
+        return dict(error_code=ErrorCode.none, generation_id=member.epoch, protocol_type=self.protocol_type,
+                    protocol_name=request.protocols[0][0], leader="", skip_assignment=False,
+                    member_id=member.member_id, members=[])
+
+    def _classic_joiner(self, request: JoinRequest) -> ConsumerMember:
+        """The member a classic JoinGroup is from: known by its id or instance id, or new (a
+        consumer group takes an unknown id as a new member, as Kafka does)."""
+        if request.group_instance_id is not None and request.group_instance_id in self.static:
+            member = self.members[self.static[request.group_instance_id]]
+            if request.member_id and request.member_id != member.member_id:
+                raise KafkaError(ErrorCode.fenced_instance_id,
+                                 f"instance {request.group_instance_id} belongs to another member")
+            member.left_static = False
+            return member
+        known = self.members.get(request.member_id) if request.member_id else None
+        if known is not None:
+            return known
+        if len(self.members) >= self.settings.consumer_max_size:
+            raise KafkaError(ErrorCode.group_max_size_reached,
+                             f"group {self.group_id} has {len(self.members)} members, its most")
+        member_id = request.member_id or f"{request.client_id or 'member'}-{uuid.uuid4()}"
+        member = ConsumerMember(member_id, request.group_instance_id, None, request.client_id, request.client_host,
+                                request.rebalance_timeout_ms)
+        self.members[member_id] = member
+        if request.group_instance_id is not None:
+            self.static[request.group_instance_id] = member_id
+        self.group_epoch += 1
+        self.subscriptions_changed = True
+        log.info("group %s: member %s joined (classic protocol)", self.group_id, member_id)
+        return member
+
+    def classic_sync(self, member_id: str, generation: int, instance_id: str | None) -> dict:
+        """A classic member's SyncGroup: the partitions it holds now, as its protocol writes them."""
+        member = self._classic_member(member_id, generation, instance_id)
+        assert member.classic is not None  # (checked)
+        return dict(error_code=ErrorCode.none, protocol_type=self.protocol_type,
+                    protocol_name=member.classic.protocols[0][0], assignment=encode_assignment(member.assigned))
+
+    def classic_heartbeat(self, member_id: str, generation: int, instance_id: str | None, now: float) -> None:
+        """A classic member's Heartbeat; REBALANCE_IN_PROGRESS when it should join again: it
+        has partitions to give up, or its target moved, or some of it was freed since."""
+        member = self._classic_member(member_id, generation, instance_id)
+        assert member.classic is not None
+        member.session_deadline = now + member.classic.session_timeout_ms / 1000
+        target = pairs_of(self.target.get(member.member_id, {}))
+        freed = any(self.holders.get(pair) is None for pair in target - pairs_of(member.assigned))
+        if member.state == MemberState.UNREVOKED_PARTITIONS or member.epoch != self.assignment_epoch or (
+                member.state == MemberState.UNRELEASED_PARTITIONS and freed):
+            raise KafkaError(ErrorCode.rebalance_in_progress, "the group's assignment changed: join again")
+
+    def classic_leave(self, member_id: str, instance_id: str | None) -> ErrorCode:
+        if instance_id is not None and member_id and self.static.get(instance_id) not in (None, member_id):
+            return ErrorCode.fenced_instance_id
+        member = self.members.get(self.static[instance_id] if instance_id in self.static else member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        log.info("group %s: member %s left", self.group_id, member.member_id)
+        self._remove(member)
+        self.group_epoch += 1
+        return ErrorCode.none
+
+    def _classic_member(self, member_id: str, generation: int, instance_id: str | None) -> ConsumerMember:
+        member = self.members.get(member_id)
+        if member is None or member.classic is None:
+            if instance_id is not None and instance_id in self.static:
+                raise KafkaError(ErrorCode.fenced_instance_id, f"instance {instance_id} has a newer member")
+            raise KafkaError(ErrorCode.unknown_member_id, f"unknown member {member_id}")
+        if generation != member.epoch:
+            raise KafkaError(ErrorCode.illegal_generation, f"generation {generation} is not the member's "
+                             f"{member.epoch}")
+        return member
+
+    def host(self, member: ConsumerMember, assigned: Assignment) -> None:
+        """A classic group's member, taken in at its generation with the partitions it holds
+        (:func:`~.migration.upgraded`): its target stays what it holds until the next change."""
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static[member.instance_id] = member.member_id
+        self._hold(member, assigned, {})
+        self.target[member.member_id] = assigned
+
+    @property
+    def only_classic_members(self) -> bool:
+        """Members, and all of them speak the classic protocol: the group goes back to classic."""
+        return bool(self.members) and all(m.classic is not None for m in self.members.values())
+
     def tick(self, now: float) -> None:
         """Members whose session ended, or who did not release partitions in their rebalance timeout, are removed."""
         gone = [m for m in self.members.values()
@@ -413,7 +556,11 @@ class ConsumerGroup:
                 rebalance_timeout_ms=m.rebalance_timeout_ms, names=sorted(m.subscribed_names),
                 regex=m.subscribed_regex, assignor=m.server_assignor, epoch=m.epoch, previous_epoch=m.previous_epoch,
                 state=m.state.value, assigned=named(m.assigned), revoking=named(m.revoking),
-                left_static=m.left_static) for m in self.members.values()],
+                left_static=m.left_static,
+                classic=None if m.classic is None else dict(
+                    session_timeout_ms=m.classic.session_timeout_ms,
+                    protocols=[[name, base64.b64encode(data).decode()] for name, data in m.classic.protocols]))
+                for m in self.members.values()],
         }
 
     @classmethod
@@ -434,8 +581,10 @@ class ConsumerGroup:
                 subscribed_names=frozenset(item.get("names", [])), subscribed_regex=item.get("regex"),
                 server_assignor=item.get("assignor"), epoch=int(item["epoch"]),
                 previous_epoch=int(item.get("previous_epoch", -1)), state=MemberState(item.get("state", "stable")),
-                left_static=bool(item.get("left_static", False)),
-                session_deadline=now + settings.consumer_session_timeout_ms / 1000)
+                left_static=bool(item.get("left_static", False)), classic=_classic_of(item.get("classic")))
+            session_timeout_ms = member.classic.session_timeout_ms if member.classic is not None \
+                else settings.consumer_session_timeout_ms
+            member.session_deadline = now + session_timeout_ms / 1000
             group.members[member.member_id] = member
             if member.instance_id is not None:
                 group.static[member.instance_id] = member.member_id
@@ -457,5 +606,15 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"unknown member {member_id}")
+        if member.classic is not None:  # a classic member commits with the generation it was told
+            self._classic_member(member_id, member_epoch, group_instance_id)
+            return
         if member_epoch != member.epoch and member_epoch != member.previous_epoch:
             raise KafkaError(ErrorCode.stale_member_epoch, f"member epoch {member_epoch} is not {member.epoch}")
+
+
+def _classic_of(stored: dict | None) -> ClassicMetadata | None:
+    if stored is None:
+        return None
+    return ClassicMetadata(int(stored["session_timeout_ms"]),
+                           tuple((str(name), base64.b64decode(data)) for name, data in stored["protocols"]))

@@ -11,7 +11,7 @@ assignments.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import trio
@@ -22,6 +22,7 @@ from ..ownership import Mode
 from .classic import ClassicGroup, GroupState, JoinAnswer, JoinRequest, Parked, RebalanceBegan
 from .configs import GroupConfigs, settings_with
 from .consumer import ConsumerGroup, Heartbeat, HeartbeatAnswer
+from .migration import downgraded, upgraded
 from .offsets_topic import OffsetsLog
 from .settings import GroupSettings
 from .store import CommittedOffset, GroupStore, LoadedGroups, StoredGroup, slot_of
@@ -163,7 +164,8 @@ class GroupCoordinator:
                         group.tick(now)
                         self._deliver(group)
                         if isinstance(group, ConsumerGroup) and group.changes != changes:
-                            nursery.start_soon(self._save_after_tick, group)  # members it removed
+                            # members it removed (the last consumer-protocol one, maybe)
+                            nursery.start_soon(self._save_after_tick, self._maybe_downgrade(group, now))
                     except Exception:  # a bug here must cost one group's timers, not the gateway
                         log.exception("group %s: its timers failed", group.group_id)
                 self._wake = trio.Event()  # after the ticks, whose own deliveries set it
@@ -211,33 +213,42 @@ class GroupCoordinator:
             group = self.groups[group_id] = ClassicGroup(group_id, self.settings)
         return group
 
-    def _classic(self, group_id: str) -> ClassicGroup | None:
-        """The group for a classic-protocol request. An empty consumer-protocol group becomes a
-        classic one, keeping its offsets; one with members refuses, as Kafka does without
-        online migration."""
+    def _classic(self, group_id: str) -> Group | None:
+        """The group for a classic-protocol request: a classic group, or a consumer-protocol
+        group with members, which hosts the classic member (KIP-848's online migration). An
+        empty consumer-protocol group becomes a classic one, keeping its offsets."""
         group = self._group(group_id)
         if isinstance(group, ConsumerGroup):
             if group.members:
-                raise KafkaError(ErrorCode.inconsistent_group_protocol,
-                                 f"group {group_id!r} is a consumer-protocol group with members")
+                group.settings = self.settings_of(group_id)
+                return group
             group = self.groups[group_id] = ClassicGroup(group_id, self.settings, generation=group.group_epoch,
                                                          offsets=group.offsets)
         return group
 
-    def _consumer(self, group_id: str) -> ConsumerGroup:
-        """The group for a ConsumerGroupHeartbeat: an empty classic group (or none) becomes a
-        consumer-protocol group, keeping its offsets; one with members refuses."""
+    def _consumer(self, group_id: str, topics: Mapping[str, int]) -> ConsumerGroup:
+        """The group for a ConsumerGroupHeartbeat: a classic group (or none) becomes a
+        consumer-protocol group, keeping its offsets, and its members carry on in it as
+        classic members (online migration, while it is stable)."""
         group = self._group(group_id)
         if isinstance(group, ConsumerGroup):
             return group
         if group is not None and group.members:
-            raise KafkaError(ErrorCode.group_id_not_found,
-                             f"group {group_id!r} is a classic group with members; the consumer protocol joins it "
-                             "once they have left (online migration is not served yet)")
+            consumer = self.groups[group_id] = upgraded(group, self.settings_of(group_id), topics, _now())
+            return consumer
         consumer = self.groups[group_id] = ConsumerGroup(
             group_id, self.settings_of(group_id), group_epoch=group.generation if group else 0,
             assignment_epoch=group.generation if group else 0, offsets=group.offsets if group else {})
         return consumer
+
+    def _maybe_downgrade(self, group: Group, now: float) -> Group:
+        """A consumer-protocol group whose members all speak the classic protocol goes back to
+        classic (they are asked to join again)."""
+        if isinstance(group, ConsumerGroup) and group.only_classic_members:
+            classic = self.groups[group.group_id] = downgraded(group, now)
+            self._deliver(classic)
+            return classic
+        return group
 
     async def consumer_heartbeat(self, group_id: str, beat: Heartbeat, topics: dict[str, int]) -> HeartbeatAnswer:
         """A ConsumerGroupHeartbeat (KIP-848); ``topics``: the cluster's topics and their partition counts.
@@ -245,20 +256,24 @@ class GroupCoordinator:
         its records are written: a new coordinator then carries on from what members were told."""
         if not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
-        group = self._consumer(group_id)
+        group = self._consumer(group_id, topics)
         group.settings = self.settings_of(group_id)  # its configs may have changed since
         changes = group.changes
-        answer = group.heartbeat(beat, topics, _now())
+        now = _now()
+        answer = group.heartbeat(beat, topics, now)
         self._rearm(group)
         if group.changes != changes:
-            await self._save(group)
+            await self._save(self._maybe_downgrade(group, now))
         return answer
 
     async def join(
         self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
         protocols: list[tuple[str, bytes]], require_known_member_id: bool, supports_skip_assignment: bool,
+        topics: Callable[[], Mapping[str, int]],
     ) -> dict:
+        """A JoinGroup; ``topics``: the cluster's topics and their partition counts, asked for
+        only when a consumer-protocol group hosts the member."""
         if not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "group id must not be empty")
         if rebalance_timeout_ms < 0:
@@ -269,6 +284,11 @@ class GroupCoordinator:
         request = JoinRequest(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                               rebalance_timeout_ms, protocol_type, protocols, require_known_member_id,
                               supports_skip_assignment)
+        if isinstance(group, ConsumerGroup):
+            result = group.classic_join(request, topics(), _now())
+            self._rearm(group)
+            await self._save(group)  # its epoch and partitions, before it is told them
+            return result
         return await self._outcome(group, "join", group.join(request, _now()))
 
     async def sync(self, *, group_id: str, member_id: str, generation: int, group_instance_id: str | None,
@@ -277,6 +297,8 @@ class GroupCoordinator:
         group = self._classic(group_id)
         if group is None:
             raise KafkaError(ErrorCode.unknown_member_id, "unknown group")
+        if isinstance(group, ConsumerGroup):
+            return group.classic_sync(member_id, generation, group_instance_id)
         outcome = group.sync(member_id=member_id, generation=generation, group_instance_id=group_instance_id,
                              protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments,
                              now=_now())
@@ -286,13 +308,22 @@ class GroupCoordinator:
         group = self._classic(group_id)
         if group is None:
             raise KafkaError(ErrorCode.unknown_member_id, "unknown group or member")
+        if isinstance(group, ConsumerGroup):
+            group.classic_heartbeat(member_id, generation, group_instance_id, _now())
+            return
         group.heartbeat(member_id=member_id, generation=generation, group_instance_id=group_instance_id,
                         now=_now())
 
-    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[tuple[str, str | None, ErrorCode]]:
+    async def leave(self, group_id: str,
+                    leaving: list[tuple[str, str | None]]) -> list[tuple[str, str | None, ErrorCode]]:
         group = self._classic(group_id)
         if group is None:
             return [(member_id, instance_id, ErrorCode.unknown_member_id) for member_id, instance_id in leaving]
+        if isinstance(group, ConsumerGroup):
+            results = [(member_id, instance_id, group.classic_leave(member_id, instance_id))
+                       for member_id, instance_id in leaving]
+            await self._save(group)
+            return results
         results = group.leave(leaving, _now())
         self._deliver(group)
         return results

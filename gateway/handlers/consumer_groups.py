@@ -40,6 +40,13 @@ def _by_id(assignment: Assignment, ids: dict[str, uuid.UUID]) -> list[dict]:
             for topic, partitions in sorted(assignment.items()) if topic in ids and partitions]
 
 
+def described_topics(ctx: RequestContext) -> dict[str, int]:
+    """The topics a member may be assigned, and their partition counts: those its principal
+    may describe, as in Kafka."""
+    return {name: info.partitions for name, info in ctx.logs.topics().items()
+            if ctx.access.allowed_topic(Operation.DESCRIBE, name, quiet=True)}
+
+
 @register(ApiKey.CONSUMER_GROUP_HEARTBEAT, error=_heartbeat_error)
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request):
     body = request.body
@@ -50,8 +57,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
     if names is not None:
         # As Kafka: a member may subscribe only to topics it may describe (the others are not matched).
         names = tuple(t for t in names if ctx.access.allowed_topic(Operation.DESCRIBE, t, quiet=True))
-    topics = {name: info.partitions for name, info in known.items()
-              if ctx.access.allowed_topic(Operation.DESCRIBE, name, quiet=True)}
+    topics = described_topics(ctx)
     member_id = body.member_id
     if not member_id and body.member_epoch == 0 and request.header.api_version == 0:
         member_id = str(uuid.uuid4())  # v0: the coordinator may make the id (v1: the client must, KIP-1082)

@@ -10,6 +10,7 @@ from kafscale.protocol.messages import Request
 from ..context import RequestContext
 from ..security.acl import Operation
 from .base import register, respond
+from .consumer_groups import described_topics
 
 
 def _join_error(request: Request, code: ErrorCode):
@@ -41,6 +42,7 @@ async def handle_join_group(ctx: RequestContext, request: Request):
             protocol_type=body.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
             require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
+            topics=lambda: described_topics(ctx),
         )
     except KafkaError as exc:
         return _join_error(request, exc.code)
@@ -102,7 +104,7 @@ def _leave_error(request: Request, code: ErrorCode):
 @register(ApiKey.LEAVE_GROUP, error=_leave_error)
 async def handle_leave_group(ctx: RequestContext, request: Request):
     ctx.access.require_group(Operation.READ, request.body.group_id)
-    results = ctx.groups.leave(request.body.group_id, _leaving(request))
+    results = await ctx.groups.leave(request.body.group_id, _leaving(request))
     members = [dict(member_id=m, group_instance_id=i, error_code=code) for m, i, code in results]
     if request.header.api_version < 3:
         return respond(request, dict(error_code=results[0][2]))

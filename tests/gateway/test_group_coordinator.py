@@ -38,7 +38,8 @@ async def coordinator(nursery, backend):
 def _join_args(member_id="", protocols=(("range", b"meta"),), instance=None, session=10_000, rebalance=10_000):
     return dict(group_id="g", member_id=member_id, group_instance_id=instance, client_id="c", client_host="h",
                 session_timeout_ms=session, rebalance_timeout_ms=rebalance, protocol_type="consumer",
-                protocols=list(protocols), require_known_member_id=True, supports_skip_assignment=False)
+                protocols=list(protocols), require_known_member_id=True, supports_skip_assignment=False,
+                topics=dict)
 
 
 async def _join_with_handshake(coordinator, **kwargs):
@@ -183,7 +184,7 @@ async def test_delete_group_only_when_empty(autojump_clock, coordinator):
     with pytest.raises(KafkaError) as info:
         await coordinator.delete_group("g")
     assert info.value.code == ErrorCode.non_empty_group
-    assert coordinator.leave("g", [(result["member_id"], None)])[0][2] == ErrorCode.none
+    assert (await coordinator.leave("g", [(result["member_id"], None)]))[0][2] == ErrorCode.none
     await coordinator.delete_group("g")
     assert "g" not in coordinator.groups
     with pytest.raises(KafkaError) as info:
@@ -221,7 +222,7 @@ async def test_static_members_rejoin_without_rebalance_leader_included(autojump_
     assert group.state == GroupState.STABLE and group.generation == generation
     # An admin removes one by its instance id alone (the Java admin's removeMembersFromConsumerGroup):
     # Kafka answers the request's member id (empty), not the id it resolved to.
-    assert coordinator.leave("g", [("", "i-1")]) == [("", "i-1", ErrorCode.none)]
+    assert await coordinator.leave("g", [("", "i-1")]) == [("", "i-1", ErrorCode.none)]
     assert "i-1" not in group.static and len(group.members) == 1
 
 
