@@ -10,7 +10,7 @@ import pytest
 from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
 from kio.serial import entity_writer
 
-from kafscale.gateway.groups.classic import ClassicGroup, GroupState, JoinRequest
+from kafscale.gateway.groups.classic import ClassicGroup, GroupState, JoinAnswer, JoinRequest, Parked
 from kafscale.gateway.groups.consumer import ConsumerGroup, Heartbeat
 from kafscale.gateway.groups.migration import downgraded, upgraded
 from kafscale.gateway.groups.settings import GroupSettings
@@ -78,11 +78,13 @@ def stable_classic_group() -> tuple[ClassicGroup, list[ClassicClient]]:
     group = ClassicGroup("g", SETTINGS, offsets={("t", 0): CommittedOffset(42)})
     clients = [ClassicClient(""), ClassicClient("")]
     for client in clients:
-        assert group.join(client.request(), 0.0) is not None
+        parked = group.join(client.request(), 0.0)
+        assert isinstance(parked, Parked)
+        client.member_id = parked.member_id
     group.tick(0.0)  # the join completes: answers in the outbox
-    answers = {effect.member_id: effect.result for effect in group.take_effects() if hasattr(effect, "result")}
-    for client, member_id in zip(clients, answers):
-        client.member_id, client.generation = member_id, answers[member_id]["generation_id"]
+    answers = {effect.member_id: effect.result for effect in group.take_effects() if isinstance(effect, JoinAnswer)}
+    for client in clients:
+        client.generation = answers[client.member_id]["generation_id"]
     halves = {clients[0].member_id: {"t": frozenset({0, 1, 2})}, clients[1].member_id: {"t": frozenset({3, 4, 5})}}
     group.sync(member_id=group.leader_id, generation=1, group_instance_id=None, protocol_type="consumer",
                protocol_name="cooperative-sticky",
