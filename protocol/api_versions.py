@@ -79,7 +79,7 @@ class VersionRange:
 # generates through legacy.py; except Produce v0-2 and Fetch v0-3, which carry the pre-v2
 # message formats (docs/compatibility.md says why they are refused).
 SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
-    ApiKey.PRODUCE: VersionRange(3, 12),  # v12: transactions v2 (KIP-890), the v11 frame
+    ApiKey.PRODUCE: VersionRange(3, 13),  # v12: transactions v2 (KIP-890), the v11 frame; v13: topic ids
     ApiKey.FETCH: VersionRange(4, 18),  # v18 (Kafka 4.1): a replica's high watermark, a tagged field
     ApiKey.LIST_OFFSETS: VersionRange(0, 11),  # v10: a timeout for remote storage (answered at once here); v11: -6
     ApiKey.METADATA: VersionRange(0, 13),  # v13: a top-level error code

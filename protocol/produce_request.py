@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import struct
 import sys
+import uuid
 from functools import cache
 from typing import Any
 
@@ -24,6 +25,7 @@ from .errors import MalformedFrame
 
 __all__ = ["decode_produce_body"]
 
+_FIRST_BY_TOPIC_ID = 13  # v13 (KIP-516): topics by id, not name
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -124,9 +126,16 @@ def decode_produce_body(body_type: Any, frame: bytes | bytearray, pos: int) -> t
     reader = _Reader(frame, pos)
     transactional_id = reader.string(flexible, nullable=True)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, reader.take(_ACKS_TIMEOUT.size))
+    by_id = body_type.__version__ >= _FIRST_BY_TOPIC_ID
     topics = []
     for _ in range(reader.count(flexible, _MIN_TOPIC[flexible])):
-        name = reader.string(flexible, nullable=False)
+        topic_key: dict[str, Any]
+        if by_id:
+            at = reader.take(16)
+            topic_id = uuid.UUID(bytes=bytes(reader.view[at:at + 16]))
+            topic_key = {"topic_id": topic_id if topic_id.int else None}  # the zero id is none, as kio reads it
+        else:
+            topic_key = {"name": reader.string(flexible, nullable=False)}
         partitions = []
         for _ in range(reader.count(flexible, _MIN_PARTITION[flexible])):
             index = _I32.unpack_from(frame, reader.take(4))[0]
@@ -136,7 +145,7 @@ def decode_produce_body(body_type: Any, frame: bytes | bytearray, pos: int) -> t
             partitions.append(partition_type(index=index, records=records))
         if flexible:
             reader.skip_tagged_fields()
-        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
+        topics.append(topic_type(**topic_key, partition_data=tuple(partitions)))
     if flexible:
         reader.skip_tagged_fields()
     body = body_type(transactional_id=transactional_id, acks=acks,

@@ -81,7 +81,9 @@ def apply_policy(policy: TopicPolicy, records: bytearray | memoryview, headers: 
 
 
 def _error(request: Request, code: ErrorCode) -> ProduceAnswer:
-    return ProduceAnswer([ProduceTopic(topic.name, [_partition(p.index, code) for p in topic.partition_data])
+    return ProduceAnswer([ProduceTopic(getattr(topic, "name", ""), [_partition(p.index, code)
+                                                                   for p in topic.partition_data],
+                                       getattr(topic, "topic_id", None))
                           for topic in request.body.topic_data])
 
 
@@ -92,6 +94,65 @@ def _timeout(request: Request, limit: float) -> float:
 
 @register(ApiKey.PRODUCE, error=_error, ordered=True, timeout=_timeout)
 async def handle_produce(ctx: RequestContext, request: Request) -> Completion:
+    if request.header.api_version >= _FIRST_BY_TOPIC_ID:
+        return await _produce_by_topic_id(ctx, request)
+    return await _produce(ctx, request)
+
+
+_FIRST_BY_TOPIC_ID = 13  # Produce v13 (KIP-516) names topics by id
+
+
+async def _produce_by_topic_id(ctx: RequestContext, request: Request) -> Completion:
+    """Produce v13: each topic id named, the request produced as by name, its answer by id
+    again; an id no topic has is UNKNOWN_TOPIC_ID."""
+    names = {info.topic_id: name for name, info in ctx.logs.topics().items()}
+    named, unknown, ids = [], [], {}
+    for topic in request.body.topic_data:
+        name = names.get(topic.topic_id)
+        if name is None:
+            unknown.append(ProduceTopic("", [_partition(p.index, ErrorCode.unknown_topic_id, "unknown topic id")
+                                             for p in topic.partition_data], topic.topic_id))
+        else:
+            ids[name] = topic.topic_id
+            named.append(_NamedTopic(name, topic.partition_data))
+    body = request.body
+    by_name = _NamedRequest(body.transactional_id, body.acks, body.timeout, named)
+    return _AnsweredById(await _produce(ctx, Request(request.header, by_name)), ids, unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class _NamedTopic:
+    name: str
+    partition_data: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class _NamedRequest:
+    """A Produce v13 body with its topics named: what the produce path reads of a request."""
+
+    transactional_id: str | None
+    acks: int
+    timeout: object
+    topic_data: list[_NamedTopic]
+
+
+@dataclass(frozen=True, slots=True)
+class _AnsweredById:
+    completion: Completion
+    ids: dict[str, object]
+    unknown: list[ProduceTopic]
+
+    async def answer(self, deadline: float) -> ProduceAnswer | None:
+        answer = await self.completion.answer(deadline)
+        if answer is None:
+            return None
+        for topic in answer.topics:
+            topic.topic_id = self.ids.get(topic.name)
+        answer.topics += self.unknown
+        return answer
+
+
+async def _produce(ctx: RequestContext, request: Request) -> Completion:
     """Decides each partition's fate (refused, or appended), then appends in request order:
     the offsets follow arrival order. The answer waits for the flushes."""
     body = request.body

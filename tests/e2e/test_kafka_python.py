@@ -79,12 +79,12 @@ def test_offsets_for_times_on_a_missing_partition_times_out_promptly(gateway):
 
 
 def test_kafka_python_infers_the_broker_version_from_api_versions(gateway):
-    """kafka-python picks its protocol from the ApiVersions table: the gateway serves what
-    Kafka 3.9 serves and the Kafka 4 versions docs/compatibility.md lists (the consumer group
-    protocol, Fetch v18, ...), which kafka-python 3.0 reads as Kafka 4.0 (it once inferred 3.2,
-    then 3.9); every other kafka-python test runs against that."""
+    """kafka-python picks its protocol from the ApiVersions table: the gateway serves Kafka
+    4.3's newest version of every API it serves but three (docs/compatibility.md), which
+    kafka-python 3.0 reads as Kafka 4.3 (it once inferred 3.2, then 3.9, then 4.0); every other
+    kafka-python test runs against that."""
     consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap)
     try:
-        assert consumer.config["api_version"] == (4, 0)
+        assert consumer.config["api_version"] == (4, 3)
     finally:
         consumer.close()

@@ -216,7 +216,6 @@ KAFKA_4_3_MAX = {
 }
 # The APIs we serve below Kafka 4.3's newest version, and why (docs/compatibility.md).
 BEHIND_4_3 = {
-    0: "Produce v13 names topics by id",
     22: "InitProducerId v6 is two-phase commit (KIP-939)",
     24: "AddPartitionsToTxn v5 is broker-to-broker verification",
     45: "AlterPartitionReassignments v1: partition reassignment is not served",
@@ -240,3 +239,25 @@ async def test_a_version_guessing_client_sees_kafka_4_3_in_every_api_we_serve():
     finalized = {f.name: f.max_version_level for f in answer.finalized_features}
     assert finalized == {"group.version": 1, "transaction.version": 2} and answer.finalized_features_epoch > 0
     assert {f.name for f in answer.supported_features} == set(finalized)
+
+
+async def test_produce_v13_names_topics_by_id_and_answers_by_id():
+    from kafscale.protocol.records import build_batch
+
+    async with direct_gateway() as gateway:
+        topic_id = await _topic_id(gateway, "by-id", 2)
+        stranger = uuid.uuid4()
+        body = await gateway.call(0, 13, _request(0, 13, transactional_id=None, acks=-1, timeout=5000, topic_data=[
+            dict(topic_id=topic_id, partition_data=[dict(index=1, records=build_batch([(None, b"v")]))]),
+            dict(topic_id=stranger, partition_data=[dict(index=0, records=build_batch([(None, b"w")]))])]))
+        answered = {topic.topic_id: [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses]
+                    for topic in body.responses}
+        assert answered == {topic_id: [(1, ErrorCode.none, 0)], stranger: [(0, ErrorCode.unknown_topic_id, -1)]}
+        fetched = await gateway.call(1, 18, _request(1, 18, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20,
+                                                     isolation_level=0, session_id=0, session_epoch=-1,
+                                                     topics=[dict(topic_id=topic_id, partitions=[dict(
+                                                         partition=1, current_leader_epoch=-1, fetch_offset=0,
+                                                         last_fetched_epoch=-1, log_start_offset=-1,
+                                                         partition_max_bytes=1 << 20)])],
+                                                     forgotten_topics_data=[], rack_id=""))
+        assert fetched.responses[0].partitions[0].high_watermark == 1

@@ -20,7 +20,7 @@ async def test_api_versions_advertises_produce_from_v0_and_serves_it_from_v3(nur
     body = await client.call(18, 3, build(request_class(18, 3), dict(client_software_name="t",
                                                                       client_software_version="1")))
     ranges = {key.api_key: (key.min_version, key.max_version) for key in body.api_keys}
-    assert ranges[0] == (0, 12) and ranges[1][0] == 4
+    assert ranges[0] == (0, 13) and ranges[1][0] == 4
 
 
 @pytest.mark.parametrize("key, version", [(0, 0), (0, 2), (1, 0), (1, 3)])

@@ -1,5 +1,7 @@
 """The hand-written Produce answer encoder equals kio's on every served version."""
 
+import uuid
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +27,8 @@ _partitions = st.builds(
     log_append_time=st.integers(-1, 253402300799999), log_start_offset=_I64,  # kio: -1, or a date before year 10000
     record_errors=st.lists(st.tuples(_I32, st.none() | _text), max_size=3),
     error_message=st.none() | _text, current_leader=st.none() | st.tuples(_I32, _I32))
-_topics = st.builds(ProduceTopic, name=st.text(max_size=12), partitions=st.lists(_partitions, max_size=3))
+_topics = st.builds(ProduceTopic, name=st.text(max_size=12), partitions=st.lists(_partitions, max_size=3),
+                    topic_id=st.none() | st.uuids())
 _endpoints = st.builds(Endpoint, node_id=_I32, host=st.text(min_size=1, max_size=12),
                        port=st.integers(0, 65535), rack=st.none() | st.text(max_size=6))
 _answers = st.builds(ProduceAnswer, topics=st.lists(_topics, max_size=3), throttle_time_ms=st.integers(0, 2**31 - 1),
@@ -44,8 +47,8 @@ def _as_kio(version: int, answer: ProduceAnswer):
 
     return build(response_class(ApiKey.PRODUCE, version), dict(
         throttle_time=answer.throttle_time_ms,
-        responses=[dict(name=t.name, partition_responses=[partition(p) for p in t.partitions])
-                   for t in answer.topics],
+        responses=[dict(name=t.name, topic_id=t.topic_id or uuid.UUID(int=0),
+                        partition_responses=[partition(p) for p in t.partitions]) for t in answer.topics],
         node_endpoints=[dict(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                         for e in answer.node_endpoints]))
 
