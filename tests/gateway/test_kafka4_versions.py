@@ -23,6 +23,15 @@ async def _topic_id(gateway, name: str, partitions: int) -> uuid.UUID:
     return created.topics[0].topic_id
 
 
+async def _fetch_v18(gateway, topic_id: uuid.UUID, partition: int, min_bytes: int):
+    """Fetch v18 of one partition from offset 0, by topic id, without waiting."""
+    return await gateway.call(1, 18, _request(
+        1, 18, replica_id=-1, max_wait=0, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[dict(topic_id=topic_id, partitions=[dict(
+            partition=partition, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""))
+
+
 def _beat(member_id: str, epoch: int, **values):
     return _request(68, 1, **{"group_id": "g", "member_id": member_id, "member_epoch": epoch, "instance_id": None,
                               "rack_id": None, "rebalance_timeout": 30_000, "subscribed_topic_names": None,
@@ -109,13 +118,7 @@ async def test_kafka_4_versions_of_metadata_list_offsets_fetch_and_list_transact
         offsets = await gateway.call(2, 10, _request(2, 10, replica_id=-1, isolation_level=0, timeout=5000, topics=[
             dict(name="four", partitions=[dict(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]))
         assert offsets.topics[0].partitions[0].offset == 0
-        fetched = await gateway.call(1, 18, _request(1, 18, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
-                                                     isolation_level=0, session_id=0, session_epoch=-1,
-                                                     topics=[dict(topic_id=topic_id, partitions=[dict(
-                                                         partition=0, current_leader_epoch=-1, fetch_offset=0,
-                                                         last_fetched_epoch=-1, log_start_offset=-1,
-                                                         partition_max_bytes=1 << 20)])],
-                                                     forgotten_topics_data=[], rack_id=""))
+        fetched = await _fetch_v18(gateway, topic_id, 0, min_bytes=1)
         assert fetched.responses[0].partitions[0].error_code == ErrorCode.none
         for ids in (["orders-1", "orders-2", "audit-1"],):
             for transactional_id in ids:
@@ -253,11 +256,5 @@ async def test_produce_v13_names_topics_by_id_and_answers_by_id():
         answered = {topic.topic_id: [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses]
                     for topic in body.responses}
         assert answered == {topic_id: [(1, ErrorCode.none, 0)], stranger: [(0, ErrorCode.unknown_topic_id, -1)]}
-        fetched = await gateway.call(1, 18, _request(1, 18, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20,
-                                                     isolation_level=0, session_id=0, session_epoch=-1,
-                                                     topics=[dict(topic_id=topic_id, partitions=[dict(
-                                                         partition=1, current_leader_epoch=-1, fetch_offset=0,
-                                                         last_fetched_epoch=-1, log_start_offset=-1,
-                                                         partition_max_bytes=1 << 20)])],
-                                                     forgotten_topics_data=[], rack_id=""))
+        fetched = await _fetch_v18(gateway, topic_id, 1, min_bytes=0)
         assert fetched.responses[0].partitions[0].high_watermark == 1
