@@ -229,17 +229,16 @@ class GroupCoordinator:
     def _consumer(self, group_id: str, topics: Mapping[str, int]) -> ConsumerGroup:
         """The group for a ConsumerGroupHeartbeat: a classic group (or none) becomes a
         consumer-protocol group, keeping its offsets, and its members carry on in it as
-        classic members (online migration, while it is stable)."""
+        classic members (online migration, while it is stable). A group made here is the
+        caller's to install, once the heartbeat that made it is accepted."""
         group = self._group(group_id)
         if isinstance(group, ConsumerGroup):
             return group
         if group is not None and group.members:
-            consumer = self.groups[group_id] = upgraded(group, self.settings_of(group_id), topics, _now())
-            return consumer
-        consumer = self.groups[group_id] = ConsumerGroup(
-            group_id, self.settings_of(group_id), group_epoch=group.generation if group else 0,
-            assignment_epoch=group.generation if group else 0, offsets=group.offsets if group else {})
-        return consumer
+            return upgraded(group, self.settings_of(group_id), topics, _now())
+        return ConsumerGroup(group_id, self.settings_of(group_id), group_epoch=group.generation if group else 0,
+                             assignment_epoch=group.generation if group else 0,
+                             offsets=group.offsets if group else {})
 
     def _maybe_downgrade(self, group: Group, now: float) -> Group:
         """A consumer-protocol group whose members all speak the classic protocol goes back to
@@ -260,7 +259,8 @@ class GroupCoordinator:
         group.settings = self.settings_of(group_id)  # its configs may have changed since
         changes = group.changes
         now = _now()
-        answer = group.heartbeat(beat, topics, now)
+        answer = group.heartbeat(beat, topics, now)  # (a refused one changes no group's protocol)
+        self.groups[group_id] = group
         self._rearm(group)
         if group.changes != changes:
             await self._save(self._maybe_downgrade(group, now))

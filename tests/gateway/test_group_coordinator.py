@@ -281,3 +281,25 @@ async def test_long_group_ids_are_named_by_digest_and_old_names_moved(tmp_path):
     (moved,) = (await groups.load_all()).groups
     assert moved.offsets[("t", 1)].offset == 7 and await store.head(legacy) is None
     assert [g.group_id for g in (await groups.load_all()).groups] == ["h" * 150]
+
+
+async def test_a_refused_consumer_heartbeat_leaves_a_classic_group_as_it_was(autojump_clock, coordinator):
+    """Online migration happens with the first accepted consumer-protocol heartbeat: one the
+    group refuses (a bad regex here) leaves the classic group and its members untouched."""
+    from kafscale.gateway.groups.classic import ClassicGroup
+    from kafscale.gateway.groups.consumer import ConsumerGroup, Heartbeat
+
+    subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"  # v0: topic t
+    result = await _join_with_handshake(coordinator, protocols=(("range", subscription),))
+    member = result["member_id"]
+    await coordinator.sync(group_id="g", member_id=member, generation=1, group_instance_id=None,
+                           protocol_type="consumer", protocol_name="range", assignments={member: b""})
+    with pytest.raises(KafkaError) as refused:
+        await coordinator.consumer_heartbeat("g", Heartbeat("new", 0, rebalance_timeout_ms=1000,
+                                                            subscribed_topic_regex="(unclosed"), {"t": 1})
+    assert refused.value.code == ErrorCode.invalid_regular_expression
+    assert isinstance(coordinator.groups["g"], ClassicGroup) and member in coordinator.groups["g"].members
+    await coordinator.consumer_heartbeat("g", Heartbeat("new", 0, rebalance_timeout_ms=1000,
+                                                        subscribed_topic_names=("t",)), {"t": 1})
+    moved = coordinator.groups["g"]
+    assert isinstance(moved, ConsumerGroup) and set(moved.members) == {member, "new"}
