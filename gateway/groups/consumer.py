@@ -328,6 +328,12 @@ class ConsumerGroup:
             subscription = decode_subscription(request.protocols[0][1])
         except ValueError as exc:
             raise KafkaError(ErrorCode.inconsistent_group_protocol, f"not a consumer subscription: {exc}") from exc
+        if not request.member_id and request.require_known_member_id and request.group_instance_id is None:
+            # KIP-394 as in a classic group: the id first; the group changes when it comes back
+            # with it (an unknown id is a new member here).
+            return dict(error_code=ErrorCode.member_id_required, generation_id=-1, protocol_type=None,
+                        protocol_name=None, leader="", member_id=f"{request.client_id or 'member'}-{uuid.uuid4()}",
+                        members=[])
         member = self._classic_joiner(request)
         member.classic = ClassicMetadata(request.session_timeout_ms, tuple(request.protocols))
         member.client_id, member.client_host = request.client_id, request.client_host

@@ -116,7 +116,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Request):
                  subscribed_topic_names=sorted(m.subscribed_names), subscribed_topic_regex=m.subscribed_regex,
                  assignment=_described_assignment(m.assigned, ids),
                  target_assignment=_described_assignment(group.target.get(m.member_id, {}), ids),
-                 member_type=1)  # 1: a consumer-protocol member (0 would be a classic one in a mixed group)
+                 member_type=1 if m.classic is None else 0)  # KIP-1099: 0 a classic member hosted here
             for m in group.members.values()
         ]
         entry = dict(error_code=ErrorCode.none, group_id=group_id, group_state=group.state.value,

@@ -303,3 +303,4 @@ async def test_a_refused_consumer_heartbeat_leaves_a_classic_group_as_it_was(aut
                                                         subscribed_topic_names=("t",)), {"t": 1})
     moved = coordinator.groups["g"]
     assert isinstance(moved, ConsumerGroup) and set(moved.members) == {member, "new"}
+    assert moved.members[member].classic is not None and moved.members["new"].classic is None

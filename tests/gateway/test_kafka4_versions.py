@@ -79,6 +79,7 @@ async def test_a_member_joins_commits_by_topic_id_and_is_described():
         assert (mine.error_code, mine.group_state, mine.assignor_name) == (ErrorCode.none, "Stable", "uniform")
         assert mine.members[0].member_epoch == epoch and mine.members[0].subscribed_topic_names == ("orders",)
         assert mine.members[0].assignment.topic_partitions[0].topic_name == "orders"
+        assert mine.members[0].member_type == 1  # KIP-1099: a consumer-protocol member
         assert missing.error_code == ErrorCode.group_id_not_found
 
         listed = await gateway.call(16, 5, _request(16, 5, states_filter=[], types_filter=["consumer"]))
@@ -90,6 +91,41 @@ async def test_a_member_joins_commits_by_topic_id_and_is_described():
 
         left = await gateway.call(68, 1, _beat("m-1", -1))
         assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+
+
+async def test_a_classic_member_joins_a_consumer_group_over_the_wire_and_is_described_as_classic():
+    """Online migration on the wire: JoinGroup v9 into a consumer-protocol group is answered at
+    once (no leader, its epoch as generation), SyncGroup gives it its partitions, and
+    ConsumerGroupDescribe lists it as a classic member (type 0)."""
+    from kafscale.protocol.consumer_protocol import decode_assignment
+
+    subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x06orders" + b"\xff\xff\xff\xff"  # v0: orders
+    async with direct_gateway() as gateway:
+        await _topic_id(gateway, "orders", 4)
+        joined = await gateway.call(68, 1, _beat("m-1", 0, subscribed_topic_names=["orders"]))
+        assert joined.error_code == ErrorCode.none
+        join = await gateway.call(11, 9, _request(11, 9, group_id="g", session_timeout=10_000,
+                                                  rebalance_timeout=10_000, member_id="", group_instance_id=None,
+                                                  protocol_type="consumer", reason=None,
+                                                  protocols=[dict(name="range", metadata=subscription)]))
+        assert join.error_code == ErrorCode.member_id_required
+        join = await gateway.call(11, 9, _request(11, 9, group_id="g", session_timeout=10_000,
+                                                  rebalance_timeout=10_000, member_id=join.member_id,
+                                                  group_instance_id=None, protocol_type="consumer", reason=None,
+                                                  protocols=[dict(name="range", metadata=subscription)]))
+        assert (join.error_code, join.leader, join.protocol_name, join.members) == (ErrorCode.none, "", "range", ())
+        synced = await gateway.call(14, 5, _request(14, 5, group_id="g", generation_id=join.generation_id,
+                                                    member_id=join.member_id, group_instance_id=None,
+                                                    protocol_type="consumer", protocol_name="range", assignments=[]))
+        assert synced.error_code == ErrorCode.none
+        classic_holds = decode_assignment(synced.assignment).get("orders", frozenset())
+        described = await gateway.call(69, 1, _request(69, 1, group_ids=["g"], include_authorized_operations=False))
+        types = {m.member_id: m.member_type for m in described.groups[0].members}
+        assert types == {"m-1": 1, join.member_id: 0}
+        # The classic member has what the consumer member gave up (none of it twice).
+        mine = await gateway.call(68, 1, _beat("m-1", joined.member_epoch, topic_partitions=[]))
+        consumer_holds = {p for t in (mine.assignment.topic_partitions if mine.assignment else ()) for p in t.partitions}
+        assert not classic_holds & consumer_holds
 
 
 async def test_heartbeat_refusals_carry_kafkas_codes():
