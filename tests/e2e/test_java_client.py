@@ -67,3 +67,20 @@ def test_transactions_of_either_protocol_version_commit_abort_and_carry_offsets(
     else:
         assert epochs == [0] * 6
     assert (out["read"], out["aborted_seen"], out["group_offset"]) == ("20", "0", "5")  # 4 committed of 5 records
+
+
+def test_consumer_protocol_members_share_leave_come_back_and_follow_a_regex(tmp_path):
+    """The reference client with group.protocol=consumer through the group scenarios: 3 members
+    on 6 partitions (2 each, every record once), a member leaving (the others take its
+    partitions), a static member back to the very partitions it had, and a server-side regex
+    (SubscriptionPattern, RE2) reading a topic created after it subscribed."""
+    from tests.support.gateway_process import GatewayProcess
+
+    gateway = GatewayProcess(tmp_path / "data", "--group-consumer-heartbeat-interval-ms", "500").start()
+    try:
+        out = java_client.run("consumer-matrix", gateway.bootstrap, "jmatrix", "jmatrix-group", timeout=240)
+    finally:
+        gateway.kill()
+    assert (out["three_read"], out["three_split"]) == ("600/600", "[2, 2, 2]")
+    assert out["after_leave"] == "[3, 3]"
+    assert (out["static_back_same"], out["regex_read"]) == ("true", "10")

@@ -30,6 +30,7 @@ public class KafscaleJavaClient {
             case "remove-static" -> removeStatic(props, args[3], args[4]);
             case "consumer-protocol" -> consumerProtocol(props, args[3], args[4], Integer.parseInt(args[5]));
             case "transactions" -> transactions(props, args[3], args[4], Integer.parseInt(args[5]));
+            case "consumer-matrix" -> consumerMatrix(props, args[3], args[4]);
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -216,5 +217,76 @@ public class KafscaleJavaClient {
         }
         System.out.println("read=" + values.size());
         System.out.println("aborted_seen=" + values.stream().filter(v -> v.startsWith("aborted")).count());
+    }
+
+    static KafkaConsumer<String, String> modernConsumer(Properties base, String group, String instance) {
+        Properties props = (Properties) base.clone();
+        props.put("group.id", group);
+        props.put("group.protocol", "consumer");
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        if (instance != null) props.put("group.instance.id", instance);
+        return new KafkaConsumer<>(props);
+    }
+
+    /** Polls every consumer (committing what each read) until done says so or 60 s pass. */
+    static void pollAll(List<KafkaConsumer<String, String>> consumers, List<String> values,
+                        java.util.function.BooleanSupplier done) {
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (!done.getAsBoolean() && System.currentTimeMillis() < deadline) {
+            for (KafkaConsumer<String, String> consumer : consumers) {
+                for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(100))) values.add(record.value());
+                consumer.commitSync();
+            }
+        }
+    }
+
+    /** KIP-848 with the reference client through the group scenarios: 3 members over 6
+     *  partitions, a member leaving, a static member coming back to its partitions, and a
+     *  server-side regex (SubscriptionPattern) picking up a topic created later. */
+    static void consumerMatrix(Properties props, String topic, String group) throws Exception {
+        Properties producer_props = (Properties) props.clone();
+        producer_props.put("key.serializer", StringSerializer.class.getName());
+        producer_props.put("value.serializer", StringSerializer.class.getName());
+        try (Admin admin = Admin.create(props); Producer<String, String> producer = new KafkaProducer<>(producer_props)) {
+            admin.createTopics(List.of(new NewTopic(topic, 6, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            for (int i = 0; i < 600; i++) producer.send(new ProducerRecord<>(topic, i % 6, null, "v" + i));
+            producer.flush();
+            List<KafkaConsumer<String, String>> members = new ArrayList<>();
+            for (int i = 0; i < 3; i++) {
+                KafkaConsumer<String, String> consumer = modernConsumer(props, group, i == 0 ? "static-0" : null);
+                consumer.subscribe(List.of(topic));
+                members.add(consumer);
+            }
+            List<String> values = new ArrayList<>();
+            pollAll(members, values, () -> values.size() >= 600 && members.stream().allMatch(c -> c.assignment().size() == 2));
+            System.out.println("three_read=" + values.size() + "/" + new HashSet<>(values).size());
+            System.out.println("three_split=" + members.stream().map(c -> c.assignment().size()).toList());
+            Set<TopicPartition> staticOwned = new HashSet<>(members.get(0).assignment());
+            members.remove(2).close();  // a member leaves: the other two take its partitions
+            pollAll(members, values, () -> members.stream().mapToInt(c -> c.assignment().size()).sum() == 6);
+            System.out.println("after_leave=" + members.stream().map(c -> c.assignment().size()).toList());
+            staticOwned = new HashSet<>(members.get(0).assignment());
+            members.remove(0).close();  // the static member leaves for now (epoch -2) ...
+            KafkaConsumer<String, String> back = modernConsumer(props, group, "static-0");
+            back.subscribe(List.of(topic));  // ... and comes back to its partitions
+            members.add(0, back);
+            pollAll(members, values, () -> back.assignment().size() > 0);
+            System.out.println("static_back_same=" + back.assignment().equals(staticOwned));
+            for (KafkaConsumer<String, String> consumer : members) consumer.close();
+
+            KafkaConsumer<String, String> regex = modernConsumer(props, group + "-regex", null);
+            regex.subscribe(new SubscriptionPattern(topic + "-later-.*"));
+            List<String> later = new ArrayList<>();
+            pollAll(List.of(regex), later, () -> true);
+            admin.createTopics(List.of(new NewTopic(topic + "-later-1", 2, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic + "-later-1", "w" + i));
+            producer.flush();
+            pollAll(List.of(regex), later, () -> later.size() >= 10);
+            System.out.println("regex_read=" + later.size());
+            regex.close();
+        }
     }
 }
