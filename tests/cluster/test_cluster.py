@@ -325,15 +325,17 @@ def test_consumer_group_continues_when_its_coordinator_dies(cluster, tmp_path, p
         consumer.close()
 
 
-def test_consumer_protocol_group_outlives_its_coordinator_paused_past_its_lease(cluster, tmp_path):
-    """KIP-848 members heartbeat while their coordinator is SIGSTOPped past its lease: another
-    gateway adopts the group's slot from the stored state and the members carry on; when the
-    paused one wakes up, the group's committed offsets stay at the end."""
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_a_group_outlives_its_coordinator_paused_past_its_lease(cluster, tmp_path, protocol):
+    """Members heartbeat while their coordinator is SIGSTOPped past its lease: another gateway
+    adopts the group's slot from the stored state and the members carry on (KIP-848 members at
+    their epochs; classic members join it again); when the paused one wakes up, the group's
+    committed offsets stay at the end."""
     from kafscale.gateway.groups.store import slot_of
 
     create_topic(cluster, "heartbeats", 4)
     cluster.wait_owned("heartbeats", 4, {0, 1, 2})
-    group = "paused-coordinator"
+    group = f"paused-coordinator-{protocol}"
     paused_node = cluster.coordinator_of_slot(slot_of(group, 16), {0, 1, 2})
     # Clients give up on a paused gateway's open connections after socket.timeout.ms (librdkafka's
     # default: 60 s), then follow the partitions and the group to the gateways that took them.
@@ -345,7 +347,7 @@ def test_consumer_protocol_group_outlives_its_coordinator_paused_past_its_lease(
             producer.produce("heartbeats", value=b"%d" % i, partition=i % 4)
         assert producer.flush(90) == 0
 
-    consumers = [Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": "consumer",
+    consumers = [Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": protocol,
                            "auto.offset.reset": "earliest", "enable.auto.commit": True,
                            "auto.commit.interval.ms": 200, "topic.metadata.refresh.interval.ms": 1000,
                            "socket.timeout.ms": 10_000})
