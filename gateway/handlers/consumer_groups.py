@@ -6,6 +6,7 @@ Topics travel by id on the wire and by name in the coordinator: this module maps
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.entities import to_millis
@@ -15,6 +16,7 @@ from kafscale.protocol.messages import Request
 from ..context import RequestContext
 from ..groups.assignors import Assignment
 from ..groups.consumer import ConsumerGroup, Heartbeat
+from ..metadata import TopicInfo
 from ..security.acl import Operation, ResourceType
 from .base import register, respond
 
@@ -35,9 +37,9 @@ def _owned(request_partitions, names_by_id: dict[uuid.UUID, str]) -> Assignment 
     return owned
 
 
-def _by_id(assignment: Assignment, ids: dict[str, uuid.UUID]) -> list[dict]:
-    return [dict(topic_id=ids[topic], partitions=sorted(partitions))
-            for topic, partitions in sorted(assignment.items()) if topic in ids and partitions]
+def _by_id(assignment: Assignment, known: Mapping[str, TopicInfo]) -> list[dict]:
+    return [dict(topic_id=known[topic].topic_id, partitions=sorted(partitions))
+            for topic, partitions in sorted(assignment.items()) if topic in known and partitions]
 
 
 def described_topics(ctx: RequestContext) -> dict[str, int]:
@@ -52,7 +54,6 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
     body = request.body
     ctx.access.require_group(Operation.READ, body.group_id)
     known = ctx.logs.topics()
-    ids = {name: info.topic_id for name, info in known.items()}
     names = body.subscribed_topic_names
     if names is not None:
         # As Kafka: a member may subscribe only to topics it may describe (the others are not matched).
@@ -66,7 +67,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
         rack_id=body.rack_id, rebalance_timeout_ms=to_millis(body.rebalance_timeout),
         subscribed_topic_names=names, subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),  # v1+
         server_assignor=body.server_assignor,
-        owned=_owned(body.topic_partitions, {info.topic_id: name for name, info in known.items()}),
+        owned=_owned(body.topic_partitions, ctx.logs.names_by_id()),
         client_id=request.header.client_id or "", client_host=ctx.peer_host,
     )
     try:
@@ -75,15 +76,15 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request)
         return _heartbeat_error(request, exc.code, str(exc))
     assignment = None
     if answer.assignment is not None:
-        assignment = dict(topic_partitions=_by_id(answer.assignment, ids))
+        assignment = dict(topic_partitions=_by_id(answer.assignment, known))
     return respond(request, dict(error_code=ErrorCode.none, error_message=None, member_id=answer.member_id,
                                  member_epoch=answer.member_epoch, heartbeat_interval=answer.heartbeat_interval_ms,
                                  assignment=assignment))
 
 
-def _described_assignment(assignment: Assignment, ids: dict[str, uuid.UUID]) -> dict:
-    return dict(topic_partitions=[dict(topic_id=ids[topic], topic_name=topic, partitions=sorted(partitions))
-                                  for topic, partitions in sorted(assignment.items()) if topic in ids])
+def _described_assignment(assignment: Assignment, known: Mapping[str, TopicInfo]) -> dict:
+    return dict(topic_partitions=[dict(topic_id=known[topic].topic_id, topic_name=topic, partitions=sorted(partitions))
+                                  for topic, partitions in sorted(assignment.items()) if topic in known])
 
 
 def _describe_error(request: Request, code: ErrorCode):
@@ -94,7 +95,7 @@ def _describe_error(request: Request, code: ErrorCode):
 
 @register(ApiKey.CONSUMER_GROUP_DESCRIBE, error=_describe_error)
 async def handle_consumer_group_describe(ctx: RequestContext, request: Request):
-    ids = {name: info.topic_id for name, info in ctx.logs.topics().items()}
+    known = ctx.logs.topics()
     described = []
     for group_id in request.body.group_ids:
         empty = dict(group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
@@ -114,8 +115,8 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Request):
             dict(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.epoch,
                  client_id=m.client_id, client_host=m.client_host,
                  subscribed_topic_names=sorted(m.subscribed_names), subscribed_topic_regex=m.subscribed_regex,
-                 assignment=_described_assignment(m.assigned, ids),
-                 target_assignment=_described_assignment(group.target.get(m.member_id, {}), ids),
+                 assignment=_described_assignment(m.assigned, known),
+                 target_assignment=_described_assignment(group.target.get(m.member_id, {}), known),
                  member_type=1 if m.classic is None else 0)  # KIP-1099: 0 a classic member hosted here
             for m in group.members.values()
         ]

@@ -32,13 +32,11 @@ from .base import check_leader_epoch, leader_hint, register
 
 def _targets(ctx: RequestContext, request: Request):
     """(topic name or None, topic id, the topic's requested partitions) for each requested topic."""
-    by_id: dict | None = None
+    by_id = ctx.logs.names_by_id()
     for topic in request.body.topics:
         topic_id = getattr(topic, "topic_id", None)
         name = getattr(topic, "topic", None)
         if name is None and topic_id is not None:
-            if by_id is None:
-                by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
             name = by_id.get(topic_id)
         yield name, topic_id, list(topic.partitions)
 
@@ -56,7 +54,7 @@ class _Wanted:
 
 
 def _forgotten(ctx: RequestContext, request: Request) -> list[tuple[str, int]]:
-    by_id = {info.topic_id: name for name, info in ctx.logs.topics().items()}
+    by_id = ctx.logs.names_by_id()
     keys = []
     for topic in getattr(request.body, "forgotten_topics_data", None) or ():
         topic_id = getattr(topic, "topic_id", None)

@@ -43,7 +43,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Request):
     accepted = {}
     results = []
     stamp = ctx.clock.now_ms()
-    names_by_id = lambda: {info.topic_id: name for name, info in topics.items()}  # noqa: E731
+    names_by_id = ctx.logs.names_by_id
     for topic in body.topics:
         partitions = []
         name = _topic_named(topic, names_by_id)
@@ -86,8 +86,8 @@ async def _fetch_topics(ctx: RequestContext, group_id: str, requested, require_s
                 wanted.setdefault(topic, []).append(partition)
         requested_pairs = list(wanted.items())
     else:
-        names = {info.topic_id: name for name, info in known.items()}
-        requested_pairs = [(_topic_named(t, lambda: names) or "", list(t.partition_indexes)) for t in requested]
+        requested_pairs = [(_topic_named(t, ctx.logs.names_by_id) or "", list(t.partition_indexes))
+                           for t in requested]
         if by_id:
             unknown = [t for t, (name, _) in zip(requested, requested_pairs, strict=True) if not name]
             requested_pairs = [pair for pair in requested_pairs if pair[0]]

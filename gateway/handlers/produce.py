@@ -105,7 +105,7 @@ _FIRST_BY_TOPIC_ID = 13  # Produce v13 (KIP-516) names topics by id
 async def _produce_by_topic_id(ctx: RequestContext, request: Request) -> Completion:
     """Produce v13: each topic id named, the request produced as by name, its answer by id
     again; an id no topic has is UNKNOWN_TOPIC_ID."""
-    names = {info.topic_id: name for name, info in ctx.logs.topics().items()}
+    names = ctx.logs.names_by_id()
     named, unknown, ids = [], [], {}
     for topic in request.body.topic_data:
         name = names.get(topic.topic_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -100,6 +101,7 @@ class LogManager:
         self._nursery: trio.Nursery | None = None
         self._catalog: dict[str, TopicInfo] | None = None  # the metadata store's dict, as last seen
         self._served: dict[str, TopicInfo] = {}
+        self._names_by_id: dict[uuid.UUID, str] = {}
         self._policies: dict[str, tuple[TopicInfo, TopicPolicy]] = {}
 
     async def start(self) -> None:
@@ -211,12 +213,19 @@ class LogManager:
         if catalog is not self._catalog:
             limit = self.config.topics.max_partitions_per_topic
             self._served = {name: info for name, info in catalog.items() if info.partitions <= limit}
+            self._names_by_id = {info.topic_id: name for name, info in self._served.items()}
             for name in catalog.keys() - self._served.keys():
                 if self._catalog is None or name not in self._catalog:
                     log.error("not serving topic %r: its %d partitions exceed max_partitions_per_topic %d "
                               "(raise the limit, or delete the topic)", name, catalog[name].partitions, limit)
             self._catalog = catalog
         return self._served
+
+    def names_by_id(self) -> dict[uuid.UUID, str]:
+        """Each served topic's name by its id (Kafka 4 clients name topics by id in Fetch,
+        Produce, OffsetCommit, heartbeats): kept with :meth:`topics`, not built per request."""
+        self.topics()
+        return self._names_by_id
 
     def check_new_topic(self, name: str, partitions: int) -> None:
         """Refuse a topic that cannot be created: a name Kafka refuses, one of its internal
