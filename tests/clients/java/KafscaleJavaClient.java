@@ -121,12 +121,6 @@ public class KafscaleJavaClient {
     /** KIP-848: a consumer with group.protocol=consumer, described by the admin while it is a member. */
     static void consumerProtocol(Properties props, String topic, String group, int expected) throws Exception {
         Properties admin_props = (Properties) props.clone();
-        props.put("group.id", group);
-        props.put("group.protocol", "consumer");
-        props.put("key.deserializer", StringDeserializer.class.getName());
-        props.put("value.deserializer", StringDeserializer.class.getName());
-        props.put("auto.offset.reset", "earliest");
-        props.put("enable.auto.commit", "false");
         int count = 0;
         try (Admin admin = Admin.create(admin_props)) {  // a group config, set before the group exists
             var resource = new org.apache.kafka.common.config.ConfigResource(
@@ -138,7 +132,7 @@ public class KafscaleJavaClient {
                     .get("consumer.heartbeat.interval.ms");
             System.out.println("group_heartbeat_interval=" + entry.value() + "/" + entry.source());
         }
-        try (Consumer<String, String> consumer = new KafkaConsumer<>(props); Admin admin = Admin.create(admin_props)) {
+        try (Consumer<String, String> consumer = modernConsumer(props, group, null); Admin admin = Admin.create(admin_props)) {
             consumer.subscribe(List.of(topic));
             long deadline = System.currentTimeMillis() + 60_000;
             while (count < expected && System.currentTimeMillis() < deadline) {
