@@ -354,6 +354,8 @@ class ConsumerGroup:
         if not member.holds() <= held:
             self._hold(member, assignment_of(pairs_of(member.assigned) & held),
                        assignment_of(pairs_of(member.revoking) & held))
+            if member.state == MemberState.STABLE:  # what it gave up comes back below, where still free
+                member.state = MemberState.UNRELEASED_PARTITIONS
         self._reconcile(member, owned, now)
         return dict(error_code=ErrorCode.none, generation_id=member.epoch, protocol_type=self.protocol_type,
                     protocol_name=request.protocols[0][0], leader="", skip_assignment=False,

@@ -165,3 +165,21 @@ def test_a_consumer_group_hosts_a_classic_member_that_joins_it():
     with pytest.raises(KafkaError) as bad:
         group.classic_join(refusal, TOPICS, 10.0)
     assert bad.value.code == ErrorCode.inconsistent_group_protocol
+
+
+def test_an_eager_member_joining_again_with_nothing_owned_gets_its_partitions_back():
+    """An eager classic member gives everything up before it joins again, even when nothing
+    changed: its partitions come back in its SyncGroup (they were not lost to the group)."""
+    group = ConsumerGroup("g", SETTINGS)
+    first = ConsumerClient("c-1")
+    first.beat(group, 0.0)
+    eager = ClassicClient("")
+    eager.rejoin(group, 1.0)
+    for round_ in range(6):
+        for client in (first, eager):
+            client.beat(group, 2.0 + round_)
+    assert sorted(len(c.owned.get("t", ())) for c in (first, eager)) == [3, 3]
+    held = eager.owned
+    eager.owned = {}  # eager: revoked everything before joining again
+    eager.rejoin(group, 9.0)
+    assert eager.owned == held
