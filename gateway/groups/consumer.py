@@ -438,6 +438,13 @@ class ConsumerGroup:
         self._hold(member, assigned, {})
         self.target[member.member_id] = assigned
 
+    def settle(self, topics: Mapping[str, int]) -> None:
+        """The current target stands for the members' subscriptions to ``topics`` as they are
+        now (a group taken over with its assignment): nothing moves until something changes."""
+        self.catalog = dict(topics)
+        self.subscriptions_changed = False
+        self.subscribed = _subscribed(self._subscriptions(topics), topics)
+
     @property
     def only_classic_members(self) -> bool:
         """Members, and all of them speak the classic protocol: the group goes back to classic."""
@@ -493,8 +500,7 @@ class ConsumerGroup:
         self.catalog = dict(topics)
         self.subscriptions_changed = False
         subscriptions = self._subscriptions(topics)
-        wanted = {t for subscribed in subscriptions.values() for t in subscribed}
-        subscribed = {t: topics[t] for t in wanted}
+        subscribed = _subscribed(subscriptions, topics)
         if subscribed != self.subscribed:
             self.subscribed = subscribed
             self.group_epoch += 1
@@ -619,6 +625,11 @@ class ConsumerGroup:
             return
         if member_epoch != member.epoch and member_epoch != member.previous_epoch:
             raise KafkaError(ErrorCode.stale_member_epoch, f"member epoch {member_epoch} is not {member.epoch}")
+
+
+def _subscribed(subscriptions: Mapping[str, frozenset[str]], topics: Mapping[str, int]) -> dict[str, int]:
+    """The topics some member subscribes to, and their partition counts."""
+    return {topic: topics[topic] for subscribed in subscriptions.values() for topic in subscribed}
 
 
 def _classic_of(stored: dict | None) -> ClassicMetadata | None:

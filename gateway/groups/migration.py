@@ -49,12 +49,9 @@ def upgraded(group: ClassicGroup, settings: GroupSettings, topics: Mapping[str, 
                                 classic=ClassicMetadata(member.session_timeout_ms, tuple(member.protocols)),
                                 session_deadline=member.session_deadline())
         consumer.host(hosted, assigned)
-    # The target is what the classic leader assigned, for what the members subscribe to now:
-    # the joining member's arrival is the first change.
-    consumer.catalog = dict(topics)
-    wanted = {topic for m in consumer.members.values() for topic in m.subscribed_names if topic in topics}
-    consumer.subscribed = {topic: topics[topic] for topic in wanted}
-    consumer.subscriptions_changed = False
+    # The target is what the classic leader assigned: the joining member's arrival is the
+    # first change.
+    consumer.settle(topics)
     log.info("group %s: classic group of %d member(s) at generation %d moves to the consumer protocol",
              group.group_id, len(group.members), group.generation)
     return consumer

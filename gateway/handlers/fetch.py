@@ -7,8 +7,8 @@ budget: what a partition may add is reserved from the connection's account befor
 it is read, so many large fetches at once (or one client pipelining them) get
 less, or nothing until memory frees, instead of exhausting it.
 
-Incremental fetch sessions (KIP-227, ``gateway/fetch_sessions.py``): a Fetch of a fetch_session
-names only the partitions whose position changed; the fetch_session supplies the rest, and the
+Incremental fetch sessions (KIP-227, ``gateway/fetch_sessions.py``): a Fetch of a session
+names only the partitions whose position changed; the session supplies the rest, and the
 answer lists only partitions with something new.
 """
 

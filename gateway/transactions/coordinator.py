@@ -67,6 +67,10 @@ class TransactionStats:
     ids_expired: int = 0  # transactional ids deleted after transactional_id_expiration_ms unused
 
 
+class _NeedsProducerId(Exception):
+    """An EndTxn of transactions v2 at the last epochs: it is decided again with a new producer id."""
+
+
 class TransactionCoordinator:
     def __init__(self, store: TransactionStore, new_producer_id: Callable[[], Awaitable[int]],
                  markers: MarkerWriter, clock_ms: Callable[[], int], max_timeout_ms: int = MAX_TIMEOUT_MS, *,
@@ -230,15 +234,18 @@ class TransactionCoordinator:
             ended = await self._change_existing(
                 transactional_id, lambda current: current.ending(producer_id, producer_epoch, commit, now))
         else:
-            known = await self.state(transactional_id)
-            new_producer_id = await self._new_producer_id() if known is not None and known.epoch_exhausted else None
+            new_producer_id: int | None = None  # taken only once the epochs run out
 
             def transition(current: Transaction) -> Transaction | None:
-                if current.epoch_exhausted and new_producer_id is None:  # reached since it was read
-                    raise KafkaError(ErrorCode.concurrent_transactions, "the producer's epochs ran out; retry")
+                if current.epoch_exhausted and new_producer_id is None:
+                    raise _NeedsProducerId
                 return current.ending_v2(producer_id, producer_epoch, commit, now, new_producer_id)
 
-            ended = await self._change_existing(transactional_id, transition)
+            try:
+                ended = await self._change_existing(transactional_id, transition)
+            except _NeedsProducerId:
+                new_producer_id = await self._new_producer_id()
+                ended = await self._change_existing(transactional_id, transition)
         if ended.state.preparing:
             finished = None
             with trio.move_on_after(_FINISH_WAIT_S):
