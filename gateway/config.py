@@ -327,6 +327,29 @@ class GroupsConfig:
         "it)", minimum=1)
     group_consumer_max_size: int = _opt(
         2**31 - 1, "most members of one consumer-protocol group (more: GROUP_MAX_SIZE_REACHED)", minimum=1)
+    group_share_session_timeout_ms: int = _opt(
+        45_000, "share groups (KIP-932): a member silent this long is removed and its acquired records given back "
+        "(Kafka's group.share.session.timeout.ms; a group's share.session.timeout.ms overrides it)", minimum=1)
+    group_share_heartbeat_interval_ms: int = _opt(
+        5000, "share groups: how often members heartbeat (Kafka's group.share.heartbeat.interval.ms; a group's "
+        "share.heartbeat.interval.ms overrides it)", minimum=1)
+    group_share_record_lock_duration_ms: int = _opt(
+        30_000, "share groups: how long a member holds a record it fetched before it is given back (Kafka's "
+        "group.share.record.lock.duration.ms; a group's share.record.lock.duration.ms overrides it)",
+        minimum=1000, maximum=3_600_000)
+    group_share_delivery_count_limit: int = _opt(
+        5, "share groups: deliveries of one record before it is archived, never delivered again (Kafka's "
+        "group.share.delivery.count.limit; a group's share.delivery.count.limit overrides it)", minimum=2, maximum=10)
+    group_share_partition_max_record_locks: int = _opt(
+        2000, "share groups: most records in flight per share-partition (acquired, or past an unacknowledged one); "
+        "it bounds the state kept and written per partition", minimum=100, maximum=10_000)
+    group_share_max_size: int = _opt(200, "most members of one share group (more: GROUP_MAX_SIZE_REACHED)", minimum=1)
+    group_share_auto_offset_reset: str = _opt(
+        "latest", "where a share group starts reading a partition it has no state for (a group's "
+        "share.auto.offset.reset overrides it)", choices=("latest", "earliest"))
+    group_share_isolation_level: str = _opt(
+        "read_uncommitted", "whether share groups deliver records of open and aborted transactions (a group's "
+        "share.isolation.level overrides it)", choices=("read_uncommitted", "read_committed"))
     transaction_version: int = _opt(
         2, "the transaction.version feature level finalized in ApiVersions: 2 has Kafka 4 clients use "
         "transactions v2 (KIP-890 part 2: partitions added by Produce, the epoch bumped per transaction), 1 "

@@ -18,6 +18,7 @@ from .metrics import Metrics
 from .ownership import Broker, Ownership
 from .security.access import Access, ClientAccess
 from .security.session import Session
+from .shares.coordinator import ShareCoordinator
 from .transactions.coordinator import TransactionCoordinator
 
 __all__ = ["GatewayContext", "RequestContext"]
@@ -30,6 +31,7 @@ class GatewayContext:
     logs: LogManager
     metrics: Metrics
     groups: GroupCoordinator
+    shares: ShareCoordinator
     access: Access
     transactions: TransactionCoordinator
     lfs: LfsService
@@ -77,6 +79,10 @@ class RequestContext:
     @property
     def groups(self) -> GroupCoordinator:
         return self.gateway.groups
+
+    @property
+    def shares(self) -> ShareCoordinator:
+        return self.gateway.shares
 
     @property
     def transactions(self) -> TransactionCoordinator:

@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from kafscale.protocol.features import GROUP_VERSION, TRANSACTION_VERSION, Features
+from kafscale.protocol.features import GROUP_VERSION, SHARE_VERSION, TRANSACTION_VERSION, Features
 from kafscale.storage_backends import ObjectStore, StorageError, open_store
 
 from .clock import Clock
@@ -49,6 +49,8 @@ from .metrics import Metrics
 from .ownership import Endpoint, Mode, SoleGateway
 from .security.access import Access
 from .security.store import EmbeddedSecurityStore, EtcdSecurityStore, SecurityStore
+from .shares.coordinator import ShareCoordinator
+from .shares.store import ShareStateStore
 from .storage import AsyncStore
 from .topic_configs import TopicPolicy
 from .transactions.coordinator import TransactionCoordinator
@@ -157,8 +159,9 @@ class Gateway:
     over and :meth:`flush` writes what was accepted."""
 
     def __init__(self, config: GatewayConfig, store: AsyncStore, clock: Clock, metrics: Metrics, metadata: MetadataStore,
-                 security: SecurityStore, groups: GroupCoordinator, logs: LogManager, access: Access,
-                 coordination: Coordination, transactions: TransactionCoordinator, lfs: LfsService) -> None:
+                 security: SecurityStore, groups: GroupCoordinator, shares: ShareCoordinator, logs: LogManager,
+                 access: Access, coordination: Coordination, transactions: TransactionCoordinator,
+                 lfs: LfsService) -> None:
         self.node_id = logs.ownership.node_id
         self.config = config
         self.store = store
@@ -167,6 +170,7 @@ class Gateway:
         self.metadata = metadata
         self.security = security
         self.groups = groups
+        self.shares = shares
         self.logs = logs
         self.access = access
         self.coordination = coordination
@@ -174,9 +178,9 @@ class Gateway:
         self.lfs = lfs
         # The levels change only with the configuration, so only at a restart: the start time
         # is an epoch that grows with them (and gateways configured alike tell the same levels).
-        features = Features({GROUP_VERSION: 1, TRANSACTION_VERSION: config.groups.transaction_version},
+        features = Features({GROUP_VERSION: 1, TRANSACTION_VERSION: config.groups.transaction_version, SHARE_VERSION: 1},
                             epoch=clock.now_ms())
-        self.context = GatewayContext(config, clock, logs, metrics, groups, access, transactions, lfs,
+        self.context = GatewayContext(config, clock, logs, metrics, groups, self.shares, access, transactions, lfs,
                                       FetchSessions(config.limits.fetch_session_cache_slots), features)
 
     @property
@@ -193,6 +197,7 @@ class Gateway:
             await self.logs.start()
             await self.coordination.join()
             await self.transactions.load()
+            await self.shares.load()
         except TransactionsUnreadable as exc:
             raise StartupError(f"{exc} (restore it from a backup, or move it aside)") from exc
         except StorageError as exc:
@@ -213,6 +218,7 @@ class Gateway:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.logs.run)
             await nursery.start(self.groups.run)
+            await nursery.start(self.shares.run)
             await self.coordination.run(nursery)
             await nursery.start(self.transactions.run, self.config.groups.transaction_check_interval_ms / 1000)
             # One gateway of a cluster cleans LFS objects up: the coordinator of group slot 0.
@@ -303,7 +309,15 @@ def _group_settings(config: GatewayConfig) -> GroupSettings:
                          groups.group_initial_rebalance_delay_ms,
                          consumer_session_timeout_ms=groups.group_consumer_session_timeout_ms,
                          consumer_heartbeat_interval_ms=groups.group_consumer_heartbeat_interval_ms,
-                         consumer_max_size=groups.group_consumer_max_size)
+                         consumer_max_size=groups.group_consumer_max_size,
+                         share_session_timeout_ms=groups.group_share_session_timeout_ms,
+                         share_heartbeat_interval_ms=groups.group_share_heartbeat_interval_ms,
+                         share_record_lock_duration_ms=groups.group_share_record_lock_duration_ms,
+                         share_delivery_count_limit=groups.group_share_delivery_count_limit,
+                         share_partition_max_record_locks=groups.group_share_partition_max_record_locks,
+                         share_max_size=groups.group_share_max_size,
+                         share_auto_offset_reset=groups.group_share_auto_offset_reset,
+                         share_isolation_level=groups.group_share_isolation_level)
 
 
 def _gateway(config: GatewayConfig, store: AsyncStore, clock: Clock, metrics: Metrics, failures: MaintenanceFailures,
@@ -327,8 +341,10 @@ def _gateway(config: GatewayConfig, store: AsyncStore, clock: Clock, metrics: Me
 
     lfs = LfsService(store, _lfs_objects(config, store), config.lfs, config.storage.namespace, metrics, policy_of,
                      failures, clock)
-    return Gateway(config, store, clock, metrics, metadata, security, groups, logs, access, coordination, transactions,
-                   lfs)
+    shares = ShareCoordinator(ShareStateStore(store, config.storage.namespace), groups.settings_of, failures,
+                              session_slots=config.limits.fetch_session_cache_slots)
+    return Gateway(config, store, clock, metrics, metadata, security, groups, shares, logs, access, coordination,
+                   transactions, lfs)
 
 
 def _lfs_objects(config: GatewayConfig, store: AsyncStore) -> LfsObjects:

@@ -63,6 +63,10 @@ class ApiKey(enum.IntEnum):
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,11 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: VersionRange(0, 1),  # KIP-848, the consumer group protocol
     ApiKey.CONSUMER_GROUP_DESCRIBE: VersionRange(0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: VersionRange(0, 0),  # KIP-966, the Java admin's describeTopics
+    # Share groups (KIP-932), as Kafka 4.1+ serves them (v0 was 4.0's preview, never served since).
+    ApiKey.SHARE_GROUP_HEARTBEAT: VersionRange(1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: VersionRange(1, 1),
+    ApiKey.SHARE_FETCH: VersionRange(1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: VersionRange(1, 2),
 }
 
 

@@ -2,21 +2,23 @@
 (supported ranges) and what the cluster serves now (finalized levels, under an epoch
 that grows when they change). Kafka 4 clients read them to pick a protocol:
 ``transaction.version`` 2 turns on transactions v2 (KIP-890 part 2) in the Java client,
-``group.version`` 1 says the consumer group protocol (KIP-848) is served."""
+``group.version`` 1 says the consumer group protocol (KIP-848) is served, ``share.version`` 1
+that share groups (KIP-932) are."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Features", "SUPPORTED_FEATURES", "GROUP_VERSION", "TRANSACTION_VERSION"]
+__all__ = ["Features", "SUPPORTED_FEATURES", "GROUP_VERSION", "TRANSACTION_VERSION", "SHARE_VERSION"]
 
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
+SHARE_VERSION = "share.version"
 
-# name -> (lowest, highest) level this gateway serves. share.version joins once share
-# groups (KIP-932) are served; metadata.version and kraft.version describe a KRaft
-# quorum, which a gateway has none of.
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2)}
+# name -> (lowest, highest) level this gateway serves. metadata.version and kraft.version
+# describe a KRaft quorum, which a gateway has none of.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2),
+                                                  SHARE_VERSION: (0, 1)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -38,6 +38,9 @@ GROUP_CONFIGS_PART = "group-configs/"  # the etcd prefix under the cluster's roo
 class GroupConfigSpec:
     setting: str  # the GroupSettings field it overrides
     documentation: str
+    minimum: int = 1  # a number's bounds (Kafka's)
+    maximum: int = 2**31 - 1
+    choices: tuple[str, ...] = ()  # a word's values (a number when empty)
 
 
 GROUP_CONFIGS: dict[str, GroupConfigSpec] = {
@@ -47,31 +50,62 @@ GROUP_CONFIGS: dict[str, GroupConfigSpec] = {
     "consumer.heartbeat.interval.ms": GroupConfigSpec(
         "consumer_heartbeat_interval_ms", "How often consumer-protocol members heartbeat (and so how soon they "
         "learn of a new assignment)"),
+    "share.session.timeout.ms": GroupConfigSpec(
+        "share_session_timeout_ms", "A share-group member that does not heartbeat for this long is removed from "
+        "the group, and the records it holds are given back"),
+    "share.heartbeat.interval.ms": GroupConfigSpec(
+        "share_heartbeat_interval_ms", "How often share-group members heartbeat"),
+    "share.record.lock.duration.ms": GroupConfigSpec(
+        "share_record_lock_duration_ms", "How long a share-group member holds a record it fetched before it is "
+        "given back", minimum=1000, maximum=3_600_000),
+    "share.delivery.count.limit": GroupConfigSpec(
+        "share_delivery_count_limit", "Deliveries of one record to the share group before it is archived",
+        minimum=2, maximum=10),
+    "share.auto.offset.reset": GroupConfigSpec(
+        "share_auto_offset_reset", "Where the share group starts reading a partition it has no state for",
+        choices=("latest", "earliest")),
+    "share.isolation.level": GroupConfigSpec(
+        "share_isolation_level", "Whether the share group is given records of open and aborted transactions",
+        choices=("read_uncommitted", "read_committed")),
 }
+
+
+def _value(spec: GroupConfigSpec, value: str) -> int | str:
+    return value if spec.choices else int(value)
 
 
 def settings_with(settings: GroupSettings, configs: dict[str, str]) -> GroupSettings:
     """The gateway's settings with one group's configs over them."""
     if not configs:
         return settings
-    return replace(settings, **{GROUP_CONFIGS[name].setting: int(value) for name, value in configs.items()})
+    overrides: dict[str, Any] = {GROUP_CONFIGS[name].setting: _value(GROUP_CONFIGS[name], value)
+                                 for name, value in configs.items()}
+    return replace(settings, **overrides)
 
 
 def validate_group_configs(configs: dict[str, str], settings: GroupSettings) -> None:
-    """INVALID_CONFIG for a name Kafka's group configs do not have here, a value that is not
-    a positive number of milliseconds, or a heartbeat interval not below the session timeout
-    (what Kafka checks of them)."""
+    """INVALID_CONFIG for a name Kafka's group configs do not have here, a value out of its
+    range or choices, or a heartbeat interval not below the session timeout (what Kafka
+    checks of them)."""
     for name, value in configs.items():
-        if name not in GROUP_CONFIGS:
+        spec = GROUP_CONFIGS.get(name)
+        if spec is None:
             raise KafkaError(ErrorCode.invalid_config, f"unknown group config {name!r} (served: "
                              f"{', '.join(sorted(GROUP_CONFIGS))})")
-        if not value.isdecimal() or not 0 < int(value) <= 2**31 - 1:
-            raise KafkaError(ErrorCode.invalid_config, f"{name} must be a positive int, not {value!r}")
+        if spec.choices:
+            if value not in spec.choices:
+                raise KafkaError(ErrorCode.invalid_config, f"{name} must be one of {', '.join(spec.choices)}, "
+                                                           f"not {value!r}")
+        elif not value.isdecimal() or not spec.minimum <= int(value) <= spec.maximum:
+            raise KafkaError(ErrorCode.invalid_config, f"{name} must be an int from {spec.minimum} to "
+                                                       f"{spec.maximum}, not {value!r}")
     effective = settings_with(settings, configs)
-    if effective.consumer_heartbeat_interval_ms >= effective.consumer_session_timeout_ms:
-        raise KafkaError(ErrorCode.invalid_config, f"consumer.heartbeat.interval.ms "
-                         f"({effective.consumer_heartbeat_interval_ms}) must be below consumer.session.timeout.ms "
-                         f"({effective.consumer_session_timeout_ms})")
+    for kind in ("consumer", "share"):
+        interval = getattr(effective, f"{kind}_heartbeat_interval_ms")
+        timeout = getattr(effective, f"{kind}_session_timeout_ms")
+        if interval >= timeout:
+            raise KafkaError(ErrorCode.invalid_config, f"{kind}.heartbeat.interval.ms ({interval}) must be below "
+                                                       f"{kind}.session.timeout.ms ({timeout})")
 
 
 class GroupConfigs(Protocol):

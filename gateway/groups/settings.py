@@ -17,3 +17,12 @@ class GroupSettings:
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5000
     consumer_max_size: int = 2**31 - 1
+    # Share groups (KIP-932).
+    share_session_timeout_ms: int = 45_000
+    share_heartbeat_interval_ms: int = 5000
+    share_record_lock_duration_ms: int = 30_000
+    share_delivery_count_limit: int = 5
+    share_partition_max_record_locks: int = 2000
+    share_max_size: int = 200
+    share_auto_offset_reset: str = "latest"
+    share_isolation_level: str = "read_uncommitted"

@@ -18,6 +18,8 @@ from . import (  # noqa: F401
     replicas,
     sasl,
     scram_users,
+    share_fetch,
+    share_groups,
     topic_partitions,
     topics,
     transactions,

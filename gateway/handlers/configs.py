@@ -246,7 +246,8 @@ def _group_configs(ctx: RequestContext, group_id: str, include_docs: bool) -> li
             value, source = own[name], DYNAMIC_GROUP_CONFIG
         else:
             value, source = str(ctx.config.option(option)), option_source(ctx.config, option)
-        entries.append(_entry(name, value, source, False, spec.documentation, include_docs, _INT))
+        entries.append(_entry(name, value, source, False, spec.documentation, include_docs,
+                              _STRING if spec.choices else _INT))
     return entries
 
 

@@ -1,7 +1,13 @@
 """FindCoordinator (10): the gateway owning the key's coordinator slot (alone: this one),
-for consumer groups (key type 0) and transactional ids (key type 1)."""
+for consumer groups (key type 0) and transactional ids (key type 1); for a share-partition
+(key type 2, ``group:topic id:partition``, v6+) the owner of the partition, which holds its
+share state (KIP-932)."""
 
 from __future__ import annotations
+
+import base64
+import binascii
+import uuid
 
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode
@@ -13,6 +19,34 @@ from .base import register, respond
 
 GROUP = 0
 TRANSACTION = 1
+SHARE = 2
+
+
+def _topic_id(text: str) -> uuid.UUID:
+    """Kafka writes a topic id in base64url (22 characters); a UUID's own form is taken too."""
+    if len(text) == 22:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    return uuid.UUID(text)
+
+
+def _share_entry(ctx: RequestContext, key: str) -> dict:
+    failed = dict(key=key, node_id=-1, host="", port=-1)
+    try:
+        group_id, topic_text, partition_text = key.rsplit(":", 2)
+        topic_id, partition = _topic_id(topic_text), int(partition_text)
+    except (ValueError, binascii.Error):
+        return dict(failed, error_code=ErrorCode.invalid_request, error_message="a share key is group:topic id:partition")
+    if not ctx.access.allowed_group(Operation.DESCRIBE, group_id):
+        return dict(failed, error_code=ErrorCode.group_authorization_failed,
+                    error_message="DESCRIBE on the group is not allowed")
+    name = ctx.logs.names_by_id().get(topic_id)
+    leader = None if name is None else ctx.ownership.leader(name, partition)
+    broker = next((b for b in ctx.ownership.brokers() if leader is not None and b.node_id == leader[0]), None)
+    if broker is None:
+        code = ErrorCode.unknown_topic_or_partition if name is None else ErrorCode.coordinator_not_available
+        return dict(failed, error_code=code, error_message=f"no owner of {key} now")
+    host, port = ctx.address(broker)
+    return dict(key=key, node_id=broker.node_id, host=host, port=port, error_code=ErrorCode.none, error_message=None)
 
 
 def _keys(request: Request) -> list[str]:
@@ -21,6 +55,8 @@ def _keys(request: Request) -> list[str]:
 
 
 def _entry(ctx: RequestContext, key: str, key_type: int) -> dict:
+    if key_type == SHARE:
+        return _share_entry(ctx, key)
     if key_type == GROUP and not ctx.access.allowed_group(Operation.DESCRIBE, key):
         return dict(key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.group_authorization_failed,
                     error_message="DESCRIBE on the group is not allowed")

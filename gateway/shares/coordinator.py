@@ -1,0 +1,294 @@
+"""The share coordinator: the trio driver of share groups (:mod:`.group`), share sessions and
+share-partitions (:mod:`.partition`), and their durable state (:mod:`.store`).
+
+Heartbeats reach the group's coordinator (its slot's owner, as for every group); fetches
+and acknowledgements reach the partition's owner, which holds the share-partition. An
+acknowledgement is answered once the share-partition's state holding it is stored (the
+saves of concurrent acknowledgements are coalesced: one write covers every change made
+while the one before it ran). Releases, expiries and archives are written by the timer a
+moment later: a gateway that dies before loses nothing a client was told of.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from kafscale.protocol.errors import ErrorCode, KafkaError
+from kafscale.protocol.records import BatchHeader, parse_batch_header
+from kafscale.protocol.transactions import AbortedBatches
+from kafscale.storage_backends import ObjectChanged, ObjectExists
+
+from ..groups.settings import GroupSettings
+from ..log.partition_log import PartitionLog
+from ..maintenance import MaintenanceFailures
+from .group import ShareAnswer, ShareBeat, ShareGroup
+from .partition import Acquired, Limits, LogBatch, SharePartition
+from .store import ShareKey, ShareStateStore, StoredShare
+
+__all__ = ["ShareCoordinator", "ShareSession", "Fetched", "Acknowledgement"]
+
+log = logging.getLogger("kafscale.shares")
+
+TICK_S = 0.2  # how often locks and sessions are checked, and changes not yet stored written
+
+
+@dataclass(eq=False)
+class ShareSession:
+    """A member's share session: the partitions its ShareFetch requests fetch (Kafka's share
+    session), and the epoch its next request must carry."""
+
+    group_id: str
+    member_id: str
+    epoch: int = 1
+    partitions: dict[tuple[uuid.UUID, int], None] = field(default_factory=dict)  # in the order added
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    records: list[memoryview]
+    acquired: list[Acquired]
+
+    @property
+    def size(self) -> int:
+        return sum(len(view) for view in self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    first: int
+    last: int
+    types: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class _Held:
+    """A share-partition this gateway holds, over the partition log it reads."""
+
+    key: ShareKey
+    topic: str  # its name when held (the store keeps it for people reading it)
+    log: PartitionLog
+    state: SharePartition
+    stored_version: str | None  # the store's version of it (None: not stored yet)
+    saved: int = -1  # ``state.version`` when last stored
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+class ShareCoordinator:
+    def __init__(self, store: ShareStateStore, settings_of: Callable[[str], GroupSettings],
+                 failures: MaintenanceFailures, *, session_slots: int) -> None:
+        self._store = store
+        self._settings_of = settings_of  # the gateway's group settings under one group's configs
+        self._failures = failures
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._session_slots = session_slots
+        self._held: dict[ShareKey, _Held] = {}
+        self._loading: dict[ShareKey, trio.Lock] = {}
+        self._released = trio.Event()  # set when records become available again
+        self.stored_groups: set[str] = set()  # groups with stored state (for ListGroups)
+        self.saves = 0  # state writes so far (the bench counts them per acknowledgement)
+
+    async def load(self) -> None:
+        self.stored_groups = await self._store.stored_groups()
+
+    def limits(self, group_id: str) -> Limits:
+        settings = self._settings_of(group_id)
+        return Limits(settings.share_record_lock_duration_ms / 1000, settings.share_delivery_count_limit,
+                      settings.share_partition_max_record_locks)
+
+    # -- membership ------------------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, beat: ShareBeat, topics: Mapping[str, int]) -> ShareAnswer:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = ShareGroup(group_id, self._settings_of(group_id))
+        else:
+            group.settings = self._settings_of(group_id)  # its configs may have changed
+        answer = group.heartbeat(beat, topics, trio.current_time())
+        if group.members:
+            self.groups[group_id] = group
+        if beat.member_epoch == -1:
+            self._release_member(group_id, beat.member_id)
+        return answer
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def open_session(self, group_id: str, member_id: str) -> ShareSession:
+        """Epoch 0: a new session (one the member had is closed, its records given back)."""
+        if (group_id, member_id) in self.sessions:
+            self.close_session(group_id, member_id)
+        elif len(self.sessions) >= self._session_slots:
+            raise KafkaError(ErrorCode.share_session_limit_reached,
+                             f"{len(self.sessions)} share sessions are open, the most this gateway keeps")
+        session = self.sessions[group_id, member_id] = ShareSession(group_id, member_id)
+        return session
+
+    def resume_session(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
+        session = self.sessions.get((group_id, member_id))
+        if session is None:
+            raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
+        if epoch != session.epoch:
+            raise KafkaError(ErrorCode.invalid_share_session_epoch,
+                             f"share session epoch {epoch}, expected {session.epoch}")
+        session.epoch = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
+        return session
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """Epoch -1 (or a new session): what the member holds here is given back."""
+        if self.sessions.pop((group_id, member_id), None) is not None:
+            self._release_member(group_id, member_id)
+
+    def _release_member(self, group_id: str, member_id: str) -> None:
+        limits = self.limits(group_id)
+        released = sum(held.state.release_member(member_id, limits)
+                       for held in self._held.values() if held.key.group_id == group_id)
+        if released:
+            self._wake()
+
+    # -- share-partitions ------------------------------------------------------------------
+
+    async def hold(self, key: ShareKey, topic: str, partition_log: PartitionLog) -> _Held:
+        """The share-partition of ``key`` over ``partition_log``: loaded from the store, or
+        started where the group's share.auto.offset.reset says (and stored at once, so the
+        start a group was given outlives the gateway)."""
+        held = self._held.get(key)
+        if held is not None and held.log is partition_log:
+            return held
+        async with self._loading.setdefault(key, trio.Lock()):
+            held = self._held.get(key)
+            if held is not None and held.log is partition_log:
+                return held
+            loaded = await self._store.load(key)  # ValueError: unreadable, the request fails
+            if loaded is None:
+                settings = self._settings_of(key.group_id)
+                start = (partition_log.log_start_offset if settings.share_auto_offset_reset == "earliest"
+                         else partition_log.high_watermark)
+                held = _Held(key, topic, partition_log, SharePartition(start), None)
+            else:
+                stored, version = loaded
+                held = _Held(key, topic, partition_log, SharePartition(stored.start, stored.batches,
+                                                                state_epoch=stored.state_epoch), version)
+                held.saved = held.state.version
+            held.state.trim(partition_log.log_start_offset)
+            self._held[key] = held
+            self.stored_groups.add(key.group_id)
+            if held.stored_version is None:
+                await self._save(held)
+            return held
+
+    async def acquire(self, key: ShareKey, topic: str, partition_log: PartitionLog, member_id: str,
+                      max_records: int, max_bytes: int) -> Fetched:
+        """Acquire for ``member_id`` the next available records of one share-partition."""
+        held = await self.hold(key, topic, partition_log)
+        settings = self._settings_of(key.group_id)
+        limits = self.limits(key.group_id)
+        state = held.state
+        state.trim(partition_log.log_start_offset)
+        committed_only = settings.share_isolation_level == "read_committed"
+        end = partition_log.last_stable_offset if committed_only else partition_log.high_watermark
+        offset = state.next_wanted()
+        if offset >= end or offset >= state.start + limits.max_in_flight or max_records <= 0:
+            return Fetched([], [])
+        views = await partition_log.read(offset, max_bytes, allow_oversize=True, end=end)
+        aborted = AbortedBatches(partition_log.aborted_between(offset, end)) if committed_only else None
+        batches: list[tuple[BatchHeader, memoryview]] = []
+        for view in views:
+            position = 0
+            while position < len(view):
+                header = parse_batch_header(view, position)
+                batches.append((header, view[position:position + header.size]))
+                position += header.size
+        acquired = state.acquire(
+            member_id, [LogBatch(h.base_offset, h.last_offset,
+                                 h.is_control or (aborted is not None and h in aborted)) for h, _ in batches],
+            offset, max_records, trio.current_time(), limits)
+        records = [view for header, view in batches
+                   if any(a.first <= header.last_offset and a.last >= header.base_offset for a in acquired)]
+        return Fetched(records, acquired)
+
+    async def acknowledge(self, key: ShareKey, topic: str, partition_log: PartitionLog, member_id: str,
+                          batches: Iterable[Acknowledgement]) -> None:
+        """Apply a member's acknowledgements of one share-partition, all or none, and store
+        them before returning."""
+        held = await self.hold(key, topic, partition_log)
+        batches = list(batches)
+        for batch in batches:
+            held.state.check(member_id, batch.first, batch.last, batch.types)
+        limits, now = self.limits(key.group_id), trio.current_time()
+        for batch in batches:
+            held.state.acknowledge(member_id, batch.first, batch.last, batch.types, now, limits)
+        self._wake()  # a release makes records available; a moved start makes room
+        await self._save(held)
+
+    async def _save(self, held: _Held) -> None:
+        """Store ``held`` as it is now, unless a save that began since its last change has
+        done so (concurrent callers share one write)."""
+        wanted = held.state.version
+        async with held.lock:
+            if held.saved >= wanted and held.stored_version is not None:
+                return
+            version = held.state.version
+            state = StoredShare(held.key.group_id, held.topic, held.state.start, held.state.state_epoch,
+                                tuple(held.state.states()))
+            try:
+                held.stored_version = await self._store.save(held.key, state, held.stored_version)
+            except (ObjectChanged, ObjectExists):
+                # Another gateway holds it now (or held it meanwhile): what this one holds is stale.
+                if self._held.get(held.key) is held:
+                    del self._held[held.key]
+                raise KafkaError(ErrorCode.not_leader_or_follower,
+                                 f"share-partition {held.key} was written by another gateway") from None
+            held.saved = version
+            self.saves += 1
+
+    def _wake(self) -> None:
+        self._released.set()
+        self._released = trio.Event()
+
+    def released(self) -> trio.Event:
+        """Set when records are given back (what a waiting fetch may now acquire)."""
+        return self._released
+
+    def forget(self, keys: Iterable[ShareKey]) -> None:
+        for key in keys:
+            self._held.pop(key, None)
+
+    def held_keys(self) -> list[ShareKey]:
+        return list(self._held)
+
+    def held_state(self, key: ShareKey) -> SharePartition | None:
+        held = self._held.get(key)
+        return None if held is None else held.state
+
+    # -- the timer -------------------------------------------------------------------------
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Members past their session timeout removed, locks past their duration ended, and
+        the changes not yet stored written, every tick; a failure is logged and skipped."""
+        task_status.started()
+        while True:
+            await trio.sleep(TICK_S)
+            await self.tick(trio.current_time())
+
+    async def tick(self, now: float) -> None:
+        for group_id, group in list(self.groups.items()):
+            for member in group.expire(now):
+                log.info("share group %r: member %s removed after its session timeout", group_id, member.member_id)
+                self._release_member(group_id, member.member_id)
+                for session in [s for s in self.sessions.values()
+                                if s.group_id == group_id and s.member_id == member.member_id]:
+                    self.sessions.pop((session.group_id, session.member_id), None)
+        expired = 0
+        for held in list(self._held.values()):
+            expired += held.state.expire(now, self.limits(held.key.group_id))
+        if expired:
+            self._wake()
+        for held in list(self._held.values()):
+            if held.state.version != held.saved:
+                with self._failures.guard("share state writes", str(held.key)):
+                    await self._save(held)
