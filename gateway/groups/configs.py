@@ -83,10 +83,9 @@ def settings_with(settings: GroupSettings, configs: dict[str, str]) -> GroupSett
     return replace(settings, **overrides)
 
 
-def validate_group_configs(configs: dict[str, str], settings: GroupSettings) -> None:
-    """INVALID_CONFIG for a name Kafka's group configs do not have here, a value out of its
-    range or choices, or a heartbeat interval not below the session timeout (what Kafka
-    checks of them)."""
+def check_values(configs: dict[str, str]) -> None:
+    """INVALID_CONFIG for a name Kafka's group configs do not have here, or a value out of
+    its range or choices."""
     for name, value in configs.items():
         spec = GROUP_CONFIGS.get(name)
         if spec is None:
@@ -99,6 +98,12 @@ def validate_group_configs(configs: dict[str, str], settings: GroupSettings) -> 
         elif not value.isdecimal() or not spec.minimum <= int(value) <= spec.maximum:
             raise KafkaError(ErrorCode.invalid_config, f"{name} must be an int from {spec.minimum} to "
                                                        f"{spec.maximum}, not {value!r}")
+
+
+def validate_group_configs(configs: dict[str, str], settings: GroupSettings) -> None:
+    """What :func:`check_values` refuses, and a heartbeat interval not below the session
+    timeout (what Kafka checks of them when they are set)."""
+    check_values(configs)
     effective = settings_with(settings, configs)
     for kind in ("consumer", "share"):
         interval = getattr(effective, f"{kind}_heartbeat_interval_ms")
@@ -200,8 +205,10 @@ def _configs_of(data) -> dict[str, str]:
     """A stored group's configs; ``ValueError`` unless they are ones validated when set."""
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise ValueError("group configs must map names to strings")
-    if any(name not in GROUP_CONFIGS or not value.isdecimal() for name, value in data.items()):
-        raise ValueError(f"not group configs served here: {sorted(data)}")
+    try:  # what was valid when set stays loadable whatever the gateway's settings are now
+        check_values(data)
+    except KafkaError as exc:
+        raise ValueError(f"not group configs served here: {exc}") from None
     return dict(data)
 
 

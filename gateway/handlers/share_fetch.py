@@ -66,7 +66,7 @@ class _Answer:
                 partition_index=part[1], error_code=fetch_code, error_message=fetch_message,
                 acknowledge_error_code=ack_code, acknowledge_error_message=ack_message,
                 current_leader=self.leaders.get(part, dict(leader_id=-1, leader_epoch=-1)),
-                records=b"".join(fetched.records) if fetched and fetched.records else None,
+                records=b"".join(fetched.records) if fetched else b"",  # kio writes no null records
                 acquired_records=[dict(first_offset=a.first, last_offset=a.last, delivery_count=a.deliveries)
                                   for a in fetched.acquired] if fetched else []))
         return dict(error_code=ErrorCode.none, error_message=None, acquisition_lock_timeout=lock_ms,

@@ -189,6 +189,9 @@ class SharePartition:
         for kind in types:
             if kind not in AckType._value2member_map_:
                 raise KafkaError(ErrorCode.invalid_request, f"unknown acknowledge type {kind}")
+        if first < self.start or last >= self.end:  # (checked first: a range may be absurdly long)
+            raise KafkaError(ErrorCode.invalid_record_state,
+                             f"offsets {first}..{last} are not all in flight ({self.start}..{self.end - 1})")
         for offset in range(first, last + 1):
             record = self._records.get(offset)
             if record is None or record.state is not RecordState.ACQUIRED or record.member != member:

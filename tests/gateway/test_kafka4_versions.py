@@ -221,7 +221,10 @@ async def test_group_configs_are_set_described_and_followed_by_the_next_heartbea
     async with direct_gateway() as gateway:
         await _topic_id(gateway, "t", 1)
         defaults = await _group_configs(gateway, "g")
-        assert defaults == {"consumer.heartbeat.interval.ms": ("5000", 5), "consumer.session.timeout.ms": ("45000", 5)}
+        assert defaults == {"consumer.heartbeat.interval.ms": ("5000", 5), "consumer.session.timeout.ms": ("45000", 5),
+                            "share.session.timeout.ms": ("45000", 5), "share.heartbeat.interval.ms": ("5000", 5),
+                            "share.record.lock.duration.ms": ("30000", 5), "share.delivery.count.limit": ("5", 5),
+                            "share.auto.offset.reset": ("latest", 5), "share.isolation.level": ("read_uncommitted", 5)}
         altered = await gateway.call(44, 1, _alter_group("g", ("consumer.heartbeat.interval.ms", SET, "1500")))
         assert altered.responses[0].error_code == ErrorCode.none
         assert (await _group_configs(gateway, "g"))["consumer.heartbeat.interval.ms"] == ("1500", 8)
@@ -276,7 +279,8 @@ async def test_a_version_guessing_client_sees_kafka_4_3_in_every_api_we_serve():
         assert served[key][1] < KAFKA_4_3_MAX[key]
     # Feature levels a Kafka 4 client reads to pick its protocols.
     finalized = {f.name: f.max_version_level for f in answer.finalized_features}
-    assert finalized == {"group.version": 1, "transaction.version": 2} and answer.finalized_features_epoch > 0
+    assert finalized == {"group.version": 1, "transaction.version": 2, "share.version": 1}
+    assert answer.finalized_features_epoch > 0
     assert {f.name for f in answer.supported_features} == set(finalized)
 
 
