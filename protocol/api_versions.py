@@ -67,6 +67,9 @@ class ApiKey(enum.IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,9 @@ SERVED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.SHARE_GROUP_DESCRIBE: VersionRange(1, 1),
     ApiKey.SHARE_FETCH: VersionRange(1, 2),
     ApiKey.SHARE_ACKNOWLEDGE: VersionRange(1, 2),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: VersionRange(0, 1),  # v1: lag (KIP-1226)
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: VersionRange(0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: VersionRange(0, 0),
 }
 
 

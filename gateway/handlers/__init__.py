@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     scram_users,
     share_fetch,
     share_groups,
+    share_offsets,
     topic_partitions,
     topics,
     transactions,

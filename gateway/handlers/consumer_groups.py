@@ -53,6 +53,8 @@ def described_topics(ctx: RequestContext) -> dict[str, int]:
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Request):
     body = request.body
     ctx.access.require_group(Operation.READ, body.group_id)
+    if ctx.shares.knows(body.group_id):
+        return _heartbeat_error(request, ErrorCode.group_id_not_found, f"group {body.group_id!r} is a share group")
     known = ctx.logs.topics()
     names = body.subscribed_topic_names
     if names is not None:

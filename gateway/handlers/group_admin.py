@@ -71,7 +71,20 @@ async def handle_list_groups(ctx: RequestContext, request: Request):
         if (not wanted or g.state.value.lower() in wanted) and (not types or g.kind in types)
         and (everything or ctx.access.allowed_group(Operation.DESCRIBE, g.group_id, quiet=True))
     ]
+    for group_id, state in sorted(ctx.shares.listed().items()):  # share groups (KIP-932)
+        if (wanted and state.lower() not in wanted) or (types and "share" not in types) or not _coordinated(ctx, group_id):
+            continue
+        if everything or ctx.access.allowed_group(Operation.DESCRIBE, group_id, quiet=True):
+            groups.append(dict(group_id=group_id, protocol_type="share", group_state=state, group_type="share"))
     return respond(request, dict(error_code=ErrorCode.none, groups=groups))
+
+
+def _coordinated(ctx: RequestContext, group_id: str) -> bool:
+    try:
+        ctx.groups.check_coordinator(group_id)
+    except KafkaError:
+        return False
+    return True
 
 
 @register(ApiKey.DELETE_GROUPS, error=lambda request, code: respond(request, dict(results=[
@@ -81,7 +94,11 @@ async def handle_delete_groups(ctx: RequestContext, request: Request):
     for group_id in request.body.groups_names:
         try:
             ctx.access.require_group(Operation.DELETE, group_id)
-            await ctx.groups.delete_group(group_id)
+            if ctx.shares.knows(group_id):
+                ctx.groups.check_coordinator(group_id)
+                await ctx.shares.delete_group(group_id)
+            else:
+                await ctx.groups.delete_group(group_id)
             code = ErrorCode.none
         except KafkaError as exc:
             code = exc.code

@@ -33,6 +33,8 @@ async def handle_join_group(ctx: RequestContext, request: Request):
     version = request.header.api_version
     session = to_millis(body.session_timeout)
     rebalance = to_millis(getattr(body, "rebalance_timeout", None))
+    if ctx.shares.knows(body.group_id):  # as Kafka: a group id names one kind of group
+        return _join_error(request, ErrorCode.inconsistent_group_protocol)
     try:
         result = await ctx.groups.join(
             group_id=body.group_id, member_id=body.member_id,

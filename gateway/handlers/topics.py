@@ -118,5 +118,6 @@ async def handle_delete_topics(ctx: RequestContext, request: Request):
             continue
         await ctx.logs.delete_topic(name)
         await ctx.groups.forget_topic(name)
+        await ctx.shares.forget_topic(info.topic_id)
         responses.append(dict(name=name, topic_id=info.topic_id, error_code=ErrorCode.none))
     return respond(request, dict(responses=responses))

@@ -254,9 +254,85 @@ class ShareCoordinator:
         """Set when records are given back (what a waiting fetch may now acquire)."""
         return self._released
 
-    def forget(self, keys: Iterable[ShareKey]) -> None:
-        for key in keys:
-            self._held.pop(key, None)
+    def knows(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a share group's (live, or with stored state)."""
+        return group_id in self.groups or group_id in self.stored_groups
+
+    def listed(self) -> dict[str, str]:
+        """Every share group known here, and its state."""
+        listed = {group_id: "Empty" for group_id in self.stored_groups}
+        listed.update((group_id, group.state) for group_id, group in self.groups.items())
+        return listed
+
+    async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of a share group: refused while it has members; its state goes."""
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise KafkaError(ErrorCode.non_empty_group, f"share group {group_id!r} has members")
+        if not self.knows(group_id):
+            raise KafkaError(ErrorCode.group_id_not_found, f"no share group {group_id!r}")
+        await self._store.delete(await self._store.stored_partitions(group_id))
+        for key in [k for k in self._held if k.group_id == group_id]:
+            del self._held[key]
+        self.groups.pop(group_id, None)
+        self.stored_groups.discard(group_id)
+
+    async def start_of(self, key: ShareKey) -> tuple[int, int] | None:
+        """The share-partition's start offset and its in-flight records done with (accepted
+        or archived past the start; lag counts neither), or None when it has no state."""
+        held = self._held.get(key)
+        if held is not None:
+            return held.state.start, held.state.done_in_flight()
+        loaded = await self._store.load(key)
+        if loaded is None:
+            return None
+        stored, _ = loaded
+        return stored.start, SharePartition(stored.start, stored.batches).done_in_flight()
+
+    def _require_empty(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise KafkaError(ErrorCode.non_empty_group, f"share group {group_id!r} has members: stop them first")
+
+    async def reset(self, key: ShareKey, topic: str, start: int) -> None:
+        """AlterShareGroupOffsets: the share-partition starts at ``start``, nothing in flight
+        (the group must have no members)."""
+        self._require_empty(key.group_id)
+        held = self._held.get(key)
+        if held is not None:
+            held.state.reset(start)
+            await self._save(held)
+            return
+        loaded = await self._store.load(key)
+        epoch = 0 if loaded is None else loaded[0].state_epoch + 1
+        try:
+            await self._store.save(key, StoredShare(key.group_id, topic, start, epoch, ()),
+                                   None if loaded is None else loaded[1])
+        except (ObjectChanged, ObjectExists):
+            raise KafkaError(ErrorCode.rebalance_in_progress,
+                             f"share-partition {key} changed meanwhile; try again") from None
+        self.stored_groups.add(key.group_id)
+
+    async def delete_topic_state(self, group_id: str, topic_id: uuid.UUID) -> None:
+        """DeleteShareGroupOffsets: the group's state of one topic goes (the group must have
+        no members); the topic is read from the reset point again."""
+        self._require_empty(group_id)
+        for key in [k for k in self._held if k.group_id == group_id and k.topic_id == topic_id]:
+            del self._held[key]
+        await self._store.delete([k for k in await self._store.stored_partitions(group_id) if k.topic_id == topic_id])
+
+    async def stored_keys(self, group_id: str) -> list[ShareKey]:
+        keys = set(await self._store.stored_partitions(group_id))
+        keys.update(k for k in self._held if k.group_id == group_id)
+        return sorted(keys, key=lambda k: (str(k.topic_id), k.partition))
+
+    async def forget_topic(self, topic_id: uuid.UUID) -> None:
+        """A deleted topic's share state goes with it (every group's)."""
+        for key in [k for k in self._held if k.topic_id == topic_id]:
+            del self._held[key]
+        for group_id in list(self.stored_groups):
+            await self._store.delete([k for k in await self._store.stored_partitions(group_id)
+                                      if k.topic_id == topic_id])
 
     def held_keys(self) -> list[ShareKey]:
         return list(self._held)

@@ -113,6 +113,10 @@ class SharePartition:
                 return offset
         return self.end
 
+    def done_in_flight(self) -> int:
+        """In-flight records accepted or archived (past an unfinished one at the start)."""
+        return sum(1 for r in self._records.values() if r.state in _DONE)
+
     def acquired_by(self, member: str) -> list[int]:
         return [o for o, r in self._records.items() if r.state is RecordState.ACQUIRED and r.member == member]
 

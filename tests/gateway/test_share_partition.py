@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafscale.gateway.shares.partition import (
-    Acquired,
     AckType,
+    Acquired,
     Limits,
     LogBatch,
     RecordState,
