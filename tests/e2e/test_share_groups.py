@@ -222,3 +222,30 @@ def test_the_gateway_killed_mid_stream_never_redelivers_an_acknowledged_record_n
     assert not errors, errors
     assert redelivered == []
     assert confirmed == set(values)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_read_committed_share_groups_never_see_an_aborted_record(gateway, isolation):
+    topic, group = _setup(gateway.bootstrap, 1, [], share_isolation_level=isolation)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": _name("txn")})
+    producer.init_transactions(30)
+    for outcome in ("aborted", "committed", "aborted", "committed"):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, value=f"{outcome}-{i}".encode())
+        producer.flush(30)
+        (producer.abort_transaction if outcome == "aborted" else producer.commit_transaction)(30)
+    consumer = _consumer(gateway.bootstrap, group, topic)
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 20
+        expected = 20 if isolation == "read_committed" else 40
+        while len(seen) < expected and time.monotonic() < deadline:
+            seen += [m.value().decode() for m in consumer.poll(0.5) if m.error() is None]
+        consumer.poll(1)  # nothing more comes
+    finally:
+        consumer.close()
+    if isolation == "read_committed":
+        assert sorted(seen) == sorted([f"committed-{i}" for i in range(10)] * 2)  # two committed transactions
+    else:
+        assert len(seen) == 40 and sum(v.startswith("aborted") for v in seen) == 20
