@@ -84,3 +84,20 @@ def test_consumer_protocol_members_share_leave_come_back_and_follow_a_regex(tmp_
     assert (out["three_read"], out["three_split"]) == ("600/600", "[2, 2, 2]")
     assert out["after_leave"] == "[3, 3]"
     assert (out["static_back_same"], out["regex_read"]) == ("true", "10")
+
+
+def test_a_share_consumer_accepts_releases_and_the_admin_manages_its_share_group(gateway):
+    """Share groups (KIP-932) with the reference client's KafkaShareConsumer: every record
+    accepted once, one released every time archived after the group's delivery limit (3), and
+    the admin's describeShareGroups, listShareGroupOffsets, alterShareGroupOffsets and
+    deleteShareGroups."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for value in [f"job-{i}" for i in range(15)] + ["poison"] + [f"job-{i}" for i in range(15, 30)]:
+        producer.produce("jshare", value=value.encode(), partition=0)
+    assert producer.flush(30) == 0
+    out = java_client.run("share", gateway.bootstrap, "jshare", "jshare-group", "30")
+    assert (out["accepted"], out["poison_deliveries"], out["most_deliveries_of_others"]) == ("30", "3", "1")
+    assert (out["share_state"], out["share_members"]) == ("Stable", "1")
+    assert (out["start_offset"], out["start_offset_altered"], out["deleted"]) == ("31", "1", "jshare-group")

@@ -31,6 +31,7 @@ public class KafscaleJavaClient {
             case "consumer-protocol" -> consumerProtocol(props, args[3], args[4], Integer.parseInt(args[5]));
             case "transactions" -> transactions(props, args[3], args[4], Integer.parseInt(args[5]));
             case "consumer-matrix" -> consumerMatrix(props, args[3], args[4]);
+            case "share" -> share(props, args[3], args[4], Integer.parseInt(args[5]));
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -281,6 +282,64 @@ public class KafscaleJavaClient {
             pollAll(List.of(regex), later, () -> later.size() >= 10);
             System.out.println("regex_read=" + later.size());
             regex.close();
+        }
+    }
+
+    // Share groups (KIP-932): explicit acknowledgement, a record released every time archived after
+    // the group's delivery limit, and the admin's share-group calls.
+    static void share(Properties props, String topic, String group, int expected) throws Exception {
+        var resource = new org.apache.kafka.common.config.ConfigResource(
+                org.apache.kafka.common.config.ConfigResource.Type.GROUP, group);
+        try (Admin admin = Admin.create(props)) {
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(
+                    new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET),
+                    new AlterConfigOp(new ConfigEntry("share.delivery.count.limit", "3"), AlterConfigOp.OpType.SET))))
+                    .all().get(30, TimeUnit.SECONDS);
+        }
+        Properties config = (Properties) props.clone();
+        config.put("group.id", group);
+        config.put("share.acknowledgement.mode", "explicit");
+        config.put("key.deserializer", StringDeserializer.class.getName());
+        config.put("value.deserializer", StringDeserializer.class.getName());
+        Map<String, Integer> deliveries = new HashMap<>();
+        int accepted = 0;
+        try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(config);
+             Admin admin = Admin.create(props)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (System.currentTimeMillis() < deadline
+                    && (accepted < expected || deliveries.getOrDefault("poison", 0) < 3)) {
+                for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(500))) {
+                    deliveries.merge(record.value(), 1, Integer::sum);
+                    if (record.value().equals("poison")) {
+                        consumer.acknowledge(record, AcknowledgeType.RELEASE);
+                    } else {
+                        consumer.acknowledge(record, AcknowledgeType.ACCEPT);
+                        accepted++;
+                    }
+                }
+                for (var result : consumer.commitSync().values()) {
+                    if (result.isPresent()) throw result.get();
+                }
+            }
+            consumer.poll(Duration.ofMillis(1500));  // an archived record would come back now, if it could
+            ShareGroupDescription described = admin.describeShareGroups(List.of(group)).all().get().get(group);
+            System.out.println("share_state=" + described.groupState());
+            System.out.println("share_members=" + described.members().size());
+        }
+        System.out.println("accepted=" + accepted);
+        System.out.println("poison_deliveries=" + deliveries.getOrDefault("poison", 0));
+        System.out.println("most_deliveries_of_others=" + deliveries.entrySet().stream()
+                .filter(e -> !e.getKey().equals("poison")).mapToInt(Map.Entry::getValue).max().orElse(0));
+        try (Admin admin = Admin.create(props)) {
+            var spec = Map.of(group, new ListShareGroupOffsetsSpec());
+            var offsets = admin.listShareGroupOffsets(spec).partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS);
+            System.out.println("start_offset=" + offsets.get(new TopicPartition(topic, 0)).startOffset());
+            admin.alterShareGroupOffsets(group, Map.of(new TopicPartition(topic, 0), 1L)).all().get(30, TimeUnit.SECONDS);
+            offsets = admin.listShareGroupOffsets(spec).partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS);
+            System.out.println("start_offset_altered=" + offsets.get(new TopicPartition(topic, 0)).startOffset());
+            admin.deleteShareGroups(List.of(group)).all().get(30, TimeUnit.SECONDS);
+            System.out.println("deleted=" + group);
         }
     }
 }
