@@ -20,6 +20,7 @@ from . import (
     protocol_bench,
     report,
     security_bench,
+    share_bench,
     spark_bench,
     transactions_bench,
     wide_bench,
@@ -43,6 +44,7 @@ SECTIONS = {
     "cleaner": cleaner_bench.run,
     "transactions": transactions_bench.run,
     "lfs": lfs_bench.run,
+    "shares": share_bench.run,
 }
 
 

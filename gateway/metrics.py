@@ -172,6 +172,19 @@ class Metrics:
         Gauge("kafscale_fetch_sessions", "Incremental fetch sessions cached (KIP-227; at most "
               "fetch_session_cache_slots)", registry=self.registry).set_function(lambda: len(sessions))
 
+    def watch_shares(self, shares) -> None:
+        """Share groups (KIP-932), read at scrape time."""
+        for name, text, read in [
+            ("kafscale_share_sessions", "Share sessions open here", lambda: len(shares.sessions)),
+            ("kafscale_share_partitions_held", "Share-partitions whose state this gateway holds",
+             lambda: len(shares.held_keys())),
+            ("kafscale_share_acquired_records", "Records acquired by share consumers (total)", lambda: shares.acquired),
+            ("kafscale_share_acknowledged_records", "Records acknowledged by share consumers (total)",
+             lambda: shares.acknowledged),
+            ("kafscale_share_state_writes", "Share-partition state objects written (total)", lambda: shares.saves),
+        ]:
+            Gauge(name, text, registry=self.registry).set_function(read)
+
     def watch_cluster(self, member, etcd) -> None:
         """Cluster mode: what this gateway owns and how much it asks of etcd, read at scrape time."""
         owned = Gauge("kafscale_owned_partitions", "Partitions this gateway leads", registry=self.registry)

@@ -209,6 +209,7 @@ class Gateway:
         self.metrics.watch_log(self.logs, self.clock.now_ms)
         self.metrics.watch_groups(self.groups)
         self.metrics.watch_fetch_sessions(self.context.fetch_sessions)
+        self.metrics.watch_shares(self.shares)
         if isinstance(self.coordination, Clustered):
             self.metrics.watch_cluster(self.coordination.member, self.coordination.etcd)
 

@@ -20,7 +20,7 @@ from kafscale.protocol.messages import Request
 
 from ..context import RequestContext
 from ..failures import FAILURES, code_of
-from ..log.partition_log import PartitionLog
+from ..log import PartitionLog
 from ..security.acl import Operation
 from ..shares.coordinator import Acknowledgement, Fetched, ShareSession
 from ..shares.store import ShareKey
@@ -121,13 +121,13 @@ async def handle_share_fetch(ctx: RequestContext, request: Request):
         ctx.access.require_group(Operation.READ, group_id)
         epoch = body.share_session_epoch
         has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
-        session: ShareSession | None = None
+        share_session: ShareSession | None = None
         if epoch == OPEN_EPOCH:
             if has_acks:
                 raise KafkaError(ErrorCode.invalid_request, "a share session's first fetch acknowledges nothing")
-            session = ctx.shares.open_session(group_id, member_id)
+            share_session = ctx.shares.open_session(group_id, member_id)
         elif epoch != CLOSE_EPOCH:
-            session = ctx.shares.resume_session(group_id, member_id, epoch)
+            share_session = ctx.shares.resume_session(group_id, member_id, epoch)
         elif (group_id, member_id) not in ctx.shares.sessions:
             raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
     except KafkaError as exc:
@@ -135,15 +135,11 @@ async def handle_share_fetch(ctx: RequestContext, request: Request):
     lock_ms = int(ctx.shares.limits(group_id).lock_s * 1000)
     answer = _Answer()
     told = await _acknowledge(ctx, group_id, member_id, body.topics, answer)
-    if session is None:  # closing: acknowledged, then what the member holds is given back
+    if share_session is None:  # closing: acknowledged, then what the member holds is given back
         ctx.shares.close_session(group_id, member_id)
         return respond(request, answer.body(told, lock_ms))
-    for topic in body.topics:
-        for part in topic.partitions:
-            session.partitions[(topic.topic_id, int(part.partition_index))] = None
-    for topic in body.forgotten_topics_data:
-        for index in topic.partitions:
-            session.partitions.pop((topic.topic_id, int(index)), None)
+    share_session.track([(t.topic_id, int(p.partition_index)) for t in body.topics for p in t.partitions],
+                        [(t.topic_id, int(i)) for t in body.forgotten_topics_data for i in t.partitions])
 
     max_wait = max(to_millis(body.max_wait), 0) / 1000
     deadline = trio.current_time() + min(max_wait, ctx.config.limits.request_timeout_ms / 1000)
@@ -152,7 +148,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Request):
     max_records = max(int(body.max_records), 1)
     while True:
         released = ctx.shares.released()  # taken before acquiring: a release meanwhile wakes us
-        logs = await _acquire(ctx, group_id, member_id, list(session.partitions), max_records, max_bytes, answer)
+        logs = await _acquire(ctx, group_id, member_id, list(share_session.partitions), max_records, max_bytes, answer)
         if answer.fetched or answer.fetch_errors or trio.current_time() >= deadline:
             break
         woken = released

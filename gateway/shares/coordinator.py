@@ -24,7 +24,7 @@ from kafscale.protocol.transactions import AbortedBatches
 from kafscale.storage_backends import ObjectChanged, ObjectExists
 
 from ..groups.settings import GroupSettings
-from ..log.partition_log import PartitionLog
+from ..log import PartitionLog
 from ..maintenance import MaintenanceFailures
 from .group import ShareAnswer, ShareBeat, ShareGroup
 from .partition import Acquired, Limits, LogBatch, SharePartition
@@ -46,6 +46,16 @@ class ShareSession:
     member_id: str
     epoch: int = 1
     partitions: dict[tuple[uuid.UUID, int], None] = field(default_factory=dict)  # in the order added
+
+    def advance(self) -> None:
+        self.epoch = self.epoch + 1 if self.epoch < 2**31 - 1 else 1
+
+    def track(self, added: Iterable[tuple[uuid.UUID, int]], forgotten: Iterable[tuple[uuid.UUID, int]]) -> None:
+        """A request's partitions join the session; its forgotten ones leave it."""
+        for part in added:
+            self.partitions[part] = None
+        for part in forgotten:
+            self.partitions.pop(part, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,8 @@ class ShareCoordinator:
         self._released = trio.Event()  # set when records become available again
         self.stored_groups: set[str] = set()  # groups with stored state (for ListGroups)
         self.saves = 0  # state writes so far (the bench counts them per acknowledgement)
+        self.acquired = 0  # records acquired so far
+        self.acknowledged = 0  # records acknowledged so far
 
     async def load(self) -> None:
         self.stored_groups = await self._store.stored_groups()
@@ -125,18 +137,18 @@ class ShareCoordinator:
         elif len(self.sessions) >= self._session_slots:
             raise KafkaError(ErrorCode.share_session_limit_reached,
                              f"{len(self.sessions)} share sessions are open, the most this gateway keeps")
-        session = self.sessions[group_id, member_id] = ShareSession(group_id, member_id)
-        return session
+        share_session = self.sessions[group_id, member_id] = ShareSession(group_id, member_id)
+        return share_session
 
     def resume_session(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
-        session = self.sessions.get((group_id, member_id))
-        if session is None:
+        share_session = self.sessions.get((group_id, member_id))
+        if share_session is None:
             raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
-        if epoch != session.epoch:
+        if epoch != share_session.epoch:
             raise KafkaError(ErrorCode.invalid_share_session_epoch,
-                             f"share session epoch {epoch}, expected {session.epoch}")
-        session.epoch = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
-        return session
+                             f"share session epoch {epoch}, expected {share_session.epoch}")
+        share_session.advance()
+        return share_session
 
     def close_session(self, group_id: str, member_id: str) -> None:
         """Epoch -1 (or a new session): what the member holds here is given back."""
@@ -207,6 +219,7 @@ class ShareCoordinator:
             member_id, [LogBatch(h.base_offset, h.last_offset,
                                  h.is_control or (aborted is not None and h in aborted)) for h, _ in batches],
             offset, max_records, trio.current_time(), limits)
+        self.acquired += sum(a.last - a.first + 1 for a in acquired)
         records = [view for header, view in batches
                    if any(a.first <= header.last_offset and a.last >= header.base_offset for a in acquired)]
         return Fetched(records, acquired)
@@ -222,6 +235,7 @@ class ShareCoordinator:
         limits, now = self.limits(key.group_id), trio.current_time()
         for batch in batches:
             held.state.acknowledge(member_id, batch.first, batch.last, batch.types, now, limits)
+            self.acknowledged += batch.last - batch.first + 1
         self._wake()  # a release makes records available; a moved start makes room
         await self._save(held)
 
@@ -356,9 +370,7 @@ class ShareCoordinator:
             for member in group.expire(now):
                 log.info("share group %r: member %s removed after its session timeout", group_id, member.member_id)
                 self._release_member(group_id, member.member_id)
-                for session in [s for s in self.sessions.values()
-                                if s.group_id == group_id and s.member_id == member.member_id]:
-                    self.sessions.pop((session.group_id, session.member_id), None)
+                self.sessions.pop((group_id, member.member_id), None)
         expired = 0
         for held in list(self._held.values()):
             expired += held.state.expire(now, self.limits(held.key.group_id))
