@@ -44,11 +44,13 @@ class ShareSession:
 
     group_id: str
     member_id: str
+    used_at: float  # trio time of its last request
     epoch: int = 1
     partitions: dict[tuple[uuid.UUID, int], None] = field(default_factory=dict)  # in the order added
 
-    def advance(self) -> None:
+    def advance(self, now: float) -> None:
         self.epoch = self.epoch + 1 if self.epoch < 2**31 - 1 else 1
+        self.used_at = now
 
     def track(self, added: Iterable[tuple[uuid.UUID, int]], forgotten: Iterable[tuple[uuid.UUID, int]]) -> None:
         """A request's partitions join the session; its forgotten ones leave it."""
@@ -137,7 +139,7 @@ class ShareCoordinator:
         elif len(self.sessions) >= self._session_slots:
             raise KafkaError(ErrorCode.share_session_limit_reached,
                              f"{len(self.sessions)} share sessions are open, the most this gateway keeps")
-        share_session = self.sessions[group_id, member_id] = ShareSession(group_id, member_id)
+        share_session = self.sessions[group_id, member_id] = ShareSession(group_id, member_id, trio.current_time())
         return share_session
 
     def resume_session(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
@@ -147,7 +149,7 @@ class ShareCoordinator:
         if epoch != share_session.epoch:
             raise KafkaError(ErrorCode.invalid_share_session_epoch,
                              f"share session epoch {epoch}, expected {share_session.epoch}")
-        share_session.advance()
+        share_session.advance(trio.current_time())
         return share_session
 
     def close_session(self, group_id: str, member_id: str) -> None:
@@ -288,6 +290,7 @@ class ShareCoordinator:
         await self._store.delete(await self._store.stored_partitions(group_id))
         for key in [k for k in self._held if k.group_id == group_id]:
             del self._held[key]
+            self._loading.pop(key, None)
         self.groups.pop(group_id, None)
         self.stored_groups.discard(group_id)
 
@@ -344,6 +347,7 @@ class ShareCoordinator:
         """A deleted topic's share state goes with it (every group's)."""
         for key in [k for k in self._held if k.topic_id == topic_id]:
             del self._held[key]
+            self._loading.pop(key, None)
         for group_id in list(self.stored_groups):
             await self._store.delete([k for k in await self._store.stored_partitions(group_id)
                                       if k.topic_id == topic_id])
@@ -371,6 +375,12 @@ class ShareCoordinator:
                 log.info("share group %r: member %s removed after its session timeout", group_id, member.member_id)
                 self._release_member(group_id, member.member_id)
                 self.sessions.pop((group_id, member.member_id), None)
+        # A session unused for a member's session timeout is a member gone without closing it
+        # (in a cluster the gateway holding it may not be the group's coordinator).
+        for share_session in list(self.sessions.values()):
+            timeout_s = self._settings_of(share_session.group_id).share_session_timeout_ms / 1000
+            if share_session.used_at + timeout_s <= now:
+                self.close_session(share_session.group_id, share_session.member_id)
         expired = 0
         for held in list(self._held.values()):
             expired += held.state.expire(now, self.limits(held.key.group_id))

@@ -236,3 +236,18 @@ async def test_deleting_a_topic_removes_its_share_state():
         deleted = await gateway.call(20, 6, _request(20, 6, topics=[dict(name="jobs", topic_id=None)], timeout=5000))
         assert deleted.responses[0].error_code == ErrorCode.none
         assert [i.key for i in await store.list("kafscale/~meta/shares/")] == []
+
+
+async def test_a_member_gone_without_a_word_loses_its_session_and_its_records():
+    """No heartbeat reaches a partition's owner that is not the group's coordinator: a share
+    session unused for the session timeout is closed, its records given back."""
+    async with direct_gateway() as gateway:
+        topic_id = await _topic(gateway, "jobs", records=3)
+        await _earliest(gateway, "g", **{"share.record.lock.duration.ms": "3600000"})
+        assert _acquired(await gateway.call(78, 1, _fetch("gone", 0, topic_id))) == [(0, 2, 1)]
+        shares = gateway.gateway.shares
+        await shares.tick(trio.current_time() + 10)
+        assert ("g", "gone") in shares.sessions
+        await shares.tick(trio.current_time() + 46)  # past share.session.timeout.ms, long before the lock ends
+        assert ("g", "gone") not in shares.sessions
+        assert _acquired(await gateway.call(78, 1, _fetch("next", 0, topic_id))) == [(0, 2, 2)]

@@ -1,0 +1,81 @@
+"""Share groups (KIP-932) in a cluster of three gateways on one etcd and one S3 bucket: the
+share-partitions held by the partitions' owners, the group by its slot's owner, and an owner
+killed -9 mid-stream losing no acknowledgement."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+from tests.cluster.conftest import LEASE_MS
+from tests.cluster.test_cluster import create_topic
+
+
+def test_a_share_group_loses_no_acknowledgement_when_a_partition_owner_is_killed(cluster):
+    topic, group = "queue", f"workers-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 6)
+    cluster.wait_owned(topic, 6, {0, 1, 2})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    values = [b"%d" % i for i in range(6000)]
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, partition=i % 6)
+    assert producer.flush(60) == 0
+
+    confirmed: set[bytes] = set()
+    redelivered: list[bytes] = []
+    stop = threading.Event()
+
+    def consume(k: int) -> None:
+        consumer = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "client.id": f"w{k}",
+                                  "max.poll.records": "100", "share.acknowledgement.mode": "explicit",
+                                  "socket.timeout.ms": "5000", "topic.metadata.refresh.interval.ms": "1000"})
+        consumer.subscribe([topic])
+        try:
+            while not stop.is_set():
+                batch = [m for m in consumer.poll(0.5) if m.error() is None]
+                for message in batch:
+                    if message.value() in confirmed:
+                        redelivered.append(message.value())
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                if not batch:
+                    continue
+                time.sleep(0.02)
+                try:
+                    results = consumer.commit_sync(10)
+                except Exception:  # not confirmed: may come again
+                    continue
+                failed = {(tp.topic, tp.partition) for tp, error in results.items() if error is not None}
+                confirmed.update(m.value() for m in batch if (m.topic(), m.partition()) not in failed)
+        finally:
+            consumer.close()
+
+    workers = [threading.Thread(target=consume, args=(k,)) for k in range(3)]
+    for worker in workers:
+        worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(confirmed) < 1500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(confirmed) >= 1500, f"only {len(confirmed)} confirmed before the kill"
+        victim = cluster.owners(topic)[0][0]
+        cluster.gateways[victim].kill()
+        survivors = {0, 1, 2} - {victim}
+        cluster.wait_owned(topic, 6, survivors, timeout=LEASE_MS / 1000 + 10)
+        deadline = time.monotonic() + 120
+        while len(confirmed) < len(values) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(60)
+    assert redelivered == [], f"{len(redelivered)} acknowledged records delivered again"
+    assert confirmed == set(values), f"{len(set(values) - confirmed)} records never accepted"
