@@ -251,3 +251,17 @@ async def test_a_member_gone_without_a_word_loses_its_session_and_its_records():
         await shares.tick(trio.current_time() + 46)  # past share.session.timeout.ms, long before the lock ends
         assert ("g", "gone") not in shares.sessions
         assert _acquired(await gateway.call(78, 1, _fetch("next", 0, topic_id))) == [(0, 2, 2)]
+
+
+async def test_find_coordinator_names_a_share_partitions_owner():
+    import base64
+
+    async with direct_gateway() as gateway:
+        topic_id = await _topic(gateway, "jobs")
+        kafka_form = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+        keys = [f"g:{kafka_form}:0", f"g:{topic_id}:0", "g:not-an-id:0", f"g:{uuid.uuid4()}:0", "nonsense"]
+        found = await gateway.call(10, 6, _request(10, 6, key_type=2, coordinator_keys=keys))
+        codes = [(c.key, c.error_code, c.node_id) for c in found.coordinators]
+        assert codes == [(keys[0], ErrorCode.none, 0), (keys[1], ErrorCode.none, 0),
+                         (keys[2], ErrorCode.invalid_request, -1), (keys[3], ErrorCode.unknown_topic_or_partition, -1),
+                         (keys[4], ErrorCode.invalid_request, -1)]
