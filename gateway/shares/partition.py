@@ -92,6 +92,7 @@ class SharePartition:
         self.state_epoch = state_epoch  # raised when the start is set by an administrator
         self.version = 0
         self._records: dict[int, _Record] = {}
+        self._locks_end_from = float("inf")  # no lock ends before this (the timer's scans skip until then)
         for batch in batches:
             for offset in range(max(batch.first, start), batch.last + 1):
                 state = RecordState.AVAILABLE if batch.state is RecordState.ACQUIRED else batch.state
@@ -174,6 +175,7 @@ class SharePartition:
                 record.deliveries += 1
                 record.member = member
                 record.lock_until = now + limits.lock_s
+                self._locks_end_from = min(self._locks_end_from, record.lock_until)
                 self.end = max(self.end, offset + 1)
                 count += 1
                 previous = taken[-1] if taken else None
@@ -236,11 +238,18 @@ class SharePartition:
 
     def expire(self, now: float, limits: Limits) -> int:
         """Give back the records whose locks ended by ``now``."""
+        if now < self._locks_end_from:
+            return 0
         expired = 0
+        self._locks_end_from = float("inf")
         for record in self._records.values():
-            if record.state is RecordState.ACQUIRED and record.lock_until <= now:
+            if record.state is not RecordState.ACQUIRED:
+                continue
+            if record.lock_until <= now:
                 self._release(record, limits)
                 expired += 1
+            else:
+                self._locks_end_from = min(self._locks_end_from, record.lock_until)
         if expired:
             self.version += 1
             self._advance()
