@@ -6,9 +6,11 @@ version table, so we never advertise an API we cannot answer.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import trio
 
 from kafscale.protocol.api_versions import SERVED_VERSIONS, ApiKey, VersionRange
 from kafscale.protocol.entities import build
@@ -16,9 +18,10 @@ from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request, response_class
 
 from ..context import RequestContext
+from ..log import PartitionLog
 
 __all__ = ["Handler", "Completion", "Ready", "REGISTRY", "register", "respond", "advertised_versions",
-           "check_leader_epoch", "leader_hint"]
+           "check_leader_epoch", "leader_hint", "wait_for_appends"]
 
 HandleFn = Callable[..., Awaitable[Any]]
 ErrorFn = Callable[[Request, ErrorCode], Any]
@@ -125,3 +128,17 @@ def leader_hint(ctx: RequestContext, topic: str, partition: int) -> tuple[dict, 
     node_id, epoch = leader
     endpoints = [endpoint for endpoint in ctx.brokers() if endpoint["node_id"] == node_id]
     return dict(leader_id=node_id, leader_epoch=epoch), endpoints
+
+
+async def wait_for_appends(logs: Iterable[PartitionLog], woken: trio.Event, deadline: float) -> None:
+    """A long poll's wait: until one of ``logs`` is appended to, ``woken`` is set by
+    someone else, or ``deadline`` (trio time)."""
+    logs = list(logs)
+    for partition_log in logs:
+        partition_log.add_waiter(woken)
+    try:
+        with trio.move_on_at(deadline):
+            await woken.wait()
+    finally:
+        for partition_log in logs:
+            partition_log.remove_waiter(woken)

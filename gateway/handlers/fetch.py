@@ -27,7 +27,7 @@ from ..budget import RequestMemory
 from ..context import RequestContext
 from ..fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSession, SessionPartition
 from ..security.acl import Operation
-from .base import check_leader_epoch, leader_hint, register
+from .base import check_leader_epoch, leader_hint, register, wait_for_appends
 
 
 def _targets(ctx: RequestContext, request: Request):
@@ -140,15 +140,7 @@ async def handle_fetch(ctx: RequestContext, request: Request):
             break
         if memory is not None:
             memory.refund(total)  # this answer is dropped; the next collection charges again
-        woken = trio.Event()
-        for partition_log in logs:
-            partition_log.add_waiter(woken)
-        try:
-            with trio.move_on_at(deadline):
-                await woken.wait()
-        finally:
-            for partition_log in logs:
-                partition_log.remove_waiter(woken)
+        await wait_for_appends(logs, trio.Event(), deadline)
     ctx.metrics.fetched_bytes.inc(total)
     if fetch_session is None:
         return FetchAnswer(topics, node_endpoints=endpoints)

@@ -24,7 +24,7 @@ from ..log import PartitionLog
 from ..security.acl import Operation
 from ..shares.coordinator import Acknowledgement, Fetched, ShareSession
 from ..shares.store import ShareKey
-from .base import leader_hint, register, respond
+from .base import leader_hint, register, respond, wait_for_appends
 
 OPEN_EPOCH = 0
 CLOSE_EPOCH = -1
@@ -151,15 +151,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Request):
         logs = await _acquire(ctx, group_id, member_id, list(share_session.partitions), max_records, max_bytes, answer)
         if answer.fetched or answer.fetch_errors or trio.current_time() >= deadline:
             break
-        woken = released
-        for partition_log in logs:
-            partition_log.add_waiter(woken)
-        try:
-            with trio.move_on_at(deadline):
-                await woken.wait()
-        finally:
-            for partition_log in logs:
-                partition_log.remove_waiter(woken)
+        await wait_for_appends(logs, released, deadline)
     told += list(answer.fetched) + list(answer.fetch_errors)
     ctx.metrics.fetched_bytes.inc(sum(f.size for f in answer.fetched.values()))
     return respond(request, answer.body(told, lock_ms))

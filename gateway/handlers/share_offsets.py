@@ -73,9 +73,11 @@ def _alter_error(request: Request, code: ErrorCode, message: str | None = None):
 
 
 def _group_checks(ctx: RequestContext, group_id: str, operation: Operation) -> None:
+    """What altering a share group's offsets needs: the right, its coordinator, no members."""
     ctx.access.require_group(operation, group_id)
     ctx.groups.check_coordinator(group_id)
     check_share_group(ctx, group_id)
+    ctx.shares.require_empty(group_id)
 
 
 @register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, error=_alter_error)
@@ -102,10 +104,6 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Request
                     raise KafkaError(ErrorCode.invalid_request, "a start offset is not negative")
                 await ctx.shares.reset(ShareKey(body.group_id, info.topic_id, int(part.partition_index)),
                                        topic.topic_name, int(part.start_offset))
-            except KafkaError as exc:
-                if exc.code == ErrorCode.non_empty_group:
-                    return _alter_error(request, exc.code, str(exc))
-                result.update(error_code=exc.code, error_message=str(exc))
             except FAILURES as exc:
                 result.update(error_code=code_of(exc), error_message=str(exc))
             results.append(result)
@@ -133,10 +131,6 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Reques
             if info is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {topic.topic_name!r}")
             await ctx.shares.delete_topic_state(body.group_id, info.topic_id)
-        except KafkaError as exc:
-            if exc.code == ErrorCode.non_empty_group:
-                return _alter_error(request, exc.code, str(exc))
-            result.update(error_code=exc.code, error_message=str(exc))
         except FAILURES as exc:
             result.update(error_code=code_of(exc), error_message=str(exc))
         responses.append(result)

@@ -306,7 +306,7 @@ class ShareCoordinator:
         stored, _ = loaded
         return stored.start, SharePartition(stored.start, stored.batches).done_in_flight()
 
-    def _require_empty(self, group_id: str) -> None:
+    def require_empty(self, group_id: str) -> None:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             raise KafkaError(ErrorCode.non_empty_group, f"share group {group_id!r} has members: stop them first")
@@ -314,7 +314,7 @@ class ShareCoordinator:
     async def reset(self, key: ShareKey, topic: str, start: int) -> None:
         """AlterShareGroupOffsets: the share-partition starts at ``start``, nothing in flight
         (the group must have no members)."""
-        self._require_empty(key.group_id)
+        self.require_empty(key.group_id)
         held = self._held.get(key)
         if held is not None:
             held.state.reset(start)
@@ -333,7 +333,7 @@ class ShareCoordinator:
     async def delete_topic_state(self, group_id: str, topic_id: uuid.UUID) -> None:
         """DeleteShareGroupOffsets: the group's state of one topic goes (the group must have
         no members); the topic is read from the reset point again."""
-        self._require_empty(group_id)
+        self.require_empty(group_id)
         for key in [k for k in self._held if k.group_id == group_id and k.topic_id == topic_id]:
             del self._held[key]
         await self._store.delete([k for k in await self._store.stored_partitions(group_id) if k.topic_id == topic_id])
