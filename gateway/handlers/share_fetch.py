@@ -22,7 +22,8 @@ from ..context import RequestContext
 from ..failures import FAILURES, code_of
 from ..log import PartitionLog
 from ..security.acl import Operation
-from ..shares.coordinator import Acknowledgement, Fetched, ShareSession
+from ..shares.coordinator import Fetched, ShareSession
+from ..shares.partition import Acknowledgement
 from ..shares.store import ShareKey
 from .base import leader_hint, register, respond, wait_for_appends
 

@@ -27,10 +27,10 @@ from ..groups.settings import GroupSettings
 from ..log import PartitionLog
 from ..maintenance import MaintenanceFailures
 from .group import ShareAnswer, ShareBeat, ShareGroup
-from .partition import Acquired, Limits, LogBatch, SharePartition
+from .partition import Acknowledgement, Acquired, Limits, LogBatch, SharePartition
 from .store import ShareKey, ShareStateStore, StoredShare
 
-__all__ = ["ShareCoordinator", "ShareSession", "Fetched", "Acknowledgement"]
+__all__ = ["ShareCoordinator", "ShareSession", "Fetched"]
 
 log = logging.getLogger("kafscale.shares")
 
@@ -68,13 +68,6 @@ class Fetched:
     @property
     def size(self) -> int:
         return sum(len(view) for view in self.records)
-
-
-@dataclass(frozen=True, slots=True)
-class Acknowledgement:
-    first: int
-    last: int
-    types: tuple[int, ...]
 
 
 @dataclass(eq=False)
@@ -232,12 +225,8 @@ class ShareCoordinator:
         them before returning."""
         held = await self.hold(key, topic, partition_log)
         batches = list(batches)
-        for batch in batches:
-            held.state.check(member_id, batch.first, batch.last, batch.types)
-        limits, now = self.limits(key.group_id), trio.current_time()
-        for batch in batches:
-            held.state.acknowledge(member_id, batch.first, batch.last, batch.types, now, limits)
-            self.acknowledged += batch.last - batch.first + 1
+        held.state.acknowledge(member_id, batches, trio.current_time(), self.limits(key.group_id))
+        self.acknowledged += sum(batch.last - batch.first + 1 for batch in batches)
         self._wake()  # a release makes records available; a moved start makes room
         await self._save(held)
 

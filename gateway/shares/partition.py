@@ -19,7 +19,8 @@ from enum import IntEnum
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["RecordState", "AckType", "StateBatch", "Acquired", "LogBatch", "SharePartition", "Limits"]
+__all__ = ["RecordState", "AckType", "StateBatch", "Acquired", "Acknowledgement", "LogBatch", "SharePartition",
+           "Limits"]
 
 
 class RecordState(IntEnum):
@@ -59,6 +60,15 @@ class Acquired:
     first: int
     last: int
     deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    """Offsets ``first``..``last`` acknowledged with one type, or one type per offset."""
+
+    first: int
+    last: int
+    types: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +161,8 @@ class SharePartition:
         ``max_in_flight``. Offsets the read passed over without a batch (removed by the
         cleaner) are archived, as are transaction markers."""
         taken: list[Acquired] = []
+        records = self._records
+        lock_until = now + limits.lock_s
         count = 0
         expected = max(read_from, self.start)
         ceiling = self.start + limits.max_in_flight
@@ -160,35 +172,60 @@ class SharePartition:
             for missing in range(expected, min(batch.first, ceiling)):
                 self._archive(missing)
             expected = max(expected, batch.last + 1)
-            for offset in range(max(batch.first, self.start), min(batch.last + 1, ceiling)):
-                record = self._records.get(offset)
-                if batch.control:
-                    self._archive(offset)
-                    continue
-                if count >= max_records:
-                    break
-                if record is None:
-                    record = self._records[offset] = _Record(RecordState.AVAILABLE, 0)
-                elif record.state is not RecordState.AVAILABLE:
-                    continue
-                record.state = RecordState.ACQUIRED
-                record.deliveries += 1
-                record.member = member
-                record.lock_until = now + limits.lock_s
-                self._locks_end_from = min(self._locks_end_from, record.lock_until)
-                self.end = max(self.end, offset + 1)
-                count += 1
-                previous = taken[-1] if taken else None
-                if previous is not None and previous.last == offset - 1 and previous.deliveries == record.deliveries:
-                    taken[-1] = Acquired(previous.first, offset, record.deliveries)
-                else:
-                    taken.append(Acquired(offset, offset, record.deliveries))
+            offset, high = max(batch.first, self.start), min(batch.last + 1, ceiling)
+            if batch.control:
+                for marker in range(offset, high):
+                    self._archive(marker)
+                continue
+            # In flight already: record by record.
+            while offset < high and offset < self.end and count < max_records:
+                record = records.get(offset)
+                if record is None:  # never fetched, or fetched and not stored before a restart
+                    record = records[offset] = _Record(RecordState.AVAILABLE, 0)
+                if record.state is RecordState.AVAILABLE:
+                    record.state, record.member, record.lock_until = RecordState.ACQUIRED, member, lock_until
+                    record.deliveries += 1
+                    _take(taken, offset, offset, record.deliveries)
+                    count += 1
+                offset += 1
+            # Never acquired: all at once, a first delivery each.
+            if offset >= self.end and offset < high and count < max_records:
+                fresh_end = min(high, offset + max_records - count)
+                for fresh in range(offset, fresh_end):
+                    records[fresh] = _Record(RecordState.ACQUIRED, 1, member, lock_until)
+                _take(taken, offset, fresh_end - 1, 1)
+                count += fresh_end - offset
+                self.end = fresh_end
+        if taken:
+            self._locks_end_from = min(self._locks_end_from, lock_until)
         self._advance()
         return taken
 
-    def check(self, member: str, first: int, last: int, types: Sequence[int]) -> None:
-        """Raise unless ``member`` holds every record from ``first`` to ``last`` (validated
-        whole before anything is applied: an acknowledgement applies fully or not at all)."""
+    def acknowledge(self, member: str, batches: Sequence[Acknowledgement], now: float, limits: Limits) -> None:
+        """Apply a member's acknowledgements of this partition: all of them, or (KafkaError,
+        nothing applied) none. Each record must be held by ``member``."""
+        for batch in batches:
+            self._check(member, batch)
+        for batch in batches:
+            kinds = [AckType(t) for t in batch.types]
+            for offset in range(batch.first, batch.last + 1):
+                kind = kinds[0] if len(kinds) == 1 else kinds[offset - batch.first]
+                record = self._records[offset]
+                if kind is AckType.RENEW:
+                    record.lock_until = now + limits.lock_s
+                    continue
+                if kind is AckType.ACCEPT:
+                    record.state = RecordState.ACKNOWLEDGED
+                elif kind is AckType.RELEASE:
+                    self._release(record, limits)
+                else:  # REJECT, GAP
+                    record.state = RecordState.ARCHIVED
+                record.member = ""
+            self.version += 1
+        self._advance()
+
+    def _check(self, member: str, batch: Acknowledgement) -> None:
+        first, last, types = batch.first, batch.last, batch.types
         if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
             raise KafkaError(ErrorCode.invalid_request, f"acknowledgement batch {first}..{last} with "
                                                         f"{len(types)} types")
@@ -198,31 +235,12 @@ class SharePartition:
         if first < self.start or last >= self.end:  # (checked first: a range may be absurdly long)
             raise KafkaError(ErrorCode.invalid_record_state,
                              f"offsets {first}..{last} are not all in flight ({self.start}..{self.end - 1})")
+        records = self._records
         for offset in range(first, last + 1):
-            record = self._records.get(offset)
+            record = records.get(offset)
             if record is None or record.state is not RecordState.ACQUIRED or record.member != member:
                 raise KafkaError(ErrorCode.invalid_record_state,
                                  f"offset {offset} is not acquired by this member")
-
-    def acknowledge(self, member: str, first: int, last: int, types: Sequence[int], now: float,
-                    limits: Limits) -> None:
-        """Apply one acknowledgement batch (:meth:`check` first)."""
-        self.check(member, first, last, types)
-        for offset in range(first, last + 1):
-            kind = AckType(types[0] if len(types) == 1 else types[offset - first])
-            record = self._records[offset]
-            if kind is AckType.RENEW:
-                record.lock_until = now + limits.lock_s
-                continue
-            if kind is AckType.ACCEPT:
-                record.state = RecordState.ACKNOWLEDGED
-            elif kind is AckType.RELEASE:
-                self._release(record, limits)
-            else:  # REJECT, GAP
-                record.state = RecordState.ARCHIVED
-            record.member = ""
-            self.version += 1
-        self._advance()
 
     def release_member(self, member: str, limits: Limits) -> int:
         """Give back what ``member`` holds (it left, or closed its share session)."""
@@ -302,3 +320,12 @@ class SharePartition:
             self.start = start
             self.version += 1
         self.end = max(self.end, self.start)
+
+
+def _take(taken: list[Acquired], first: int, last: int, deliveries: int) -> None:
+    """Add offsets ``first``..``last`` to the runs acquired, joining the last run if they follow it."""
+    previous = taken[-1] if taken else None
+    if previous is not None and previous.last == first - 1 and previous.deliveries == deliveries:
+        taken[-1] = Acquired(previous.first, last, deliveries)
+    else:
+        taken.append(Acquired(first, last, deliveries))

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafscale.gateway.shares.partition import (
+    Acknowledgement,
     AckType,
     Acquired,
     Limits,
@@ -30,9 +31,9 @@ def test_records_go_to_one_member_at_a_time_and_the_start_moves_over_accepted_on
     assert share.acquire("a", _batches(0, 9), 0, 4, now=0, limits=LIMITS) == [Acquired(0, 3, 1)]
     assert share.next_wanted() == 4
     assert share.acquire("b", _batches(0, 9), 0, 10, now=0, limits=LIMITS) == [Acquired(4, 9, 1)]
-    share.acknowledge("b", 4, 9, [AckType.ACCEPT], now=1, limits=LIMITS)
+    share.acknowledge("b", [Acknowledgement(4, 9, (AckType.ACCEPT,))], now=1, limits=LIMITS)
     assert share.start == 0  # 0..3 are still a's
-    share.acknowledge("a", 0, 3, [AckType.ACCEPT], now=1, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(0, 3, (AckType.ACCEPT,))], now=1, limits=LIMITS)
     assert (share.start, share.end, share.in_flight, share.states()) == (10, 10, 0, [])
 
 
@@ -40,38 +41,41 @@ def test_a_member_acknowledges_only_what_it_holds_and_all_or_nothing():
     share = SharePartition(0)
     share.acquire("a", _batches(0, 4), 0, 5, now=0, limits=LIMITS)
     with pytest.raises(KafkaError) as raised:
-        share.acknowledge("b", 0, 0, [AckType.ACCEPT], now=0, limits=LIMITS)
+        share.acknowledge("b", [Acknowledgement(0, 0, (AckType.ACCEPT,))], now=0, limits=LIMITS)
     assert raised.value.code == ErrorCode.invalid_record_state
     with pytest.raises(KafkaError) as raised:  # 5 was never acquired: nothing of 3..5 is applied
-        share.acknowledge("a", 3, 5, [AckType.ACCEPT], now=0, limits=LIMITS)
+        share.acknowledge("a", [Acknowledgement(3, 5, (AckType.ACCEPT,))], now=0, limits=LIMITS)
     assert raised.value.code == ErrorCode.invalid_record_state
+    with pytest.raises(KafkaError):  # several batches: one bad, none applied
+        share.acknowledge("a", [Acknowledgement(0, 1, (AckType.ACCEPT,)), Acknowledgement(4, 5, (AckType.ACCEPT,))],
+                          now=0, limits=LIMITS)
     assert share.acquired_by("a") == [0, 1, 2, 3, 4]
     with pytest.raises(KafkaError) as raised:  # types must be one, or one per offset
-        share.acknowledge("a", 0, 2, [1, 1], now=0, limits=LIMITS)
+        share.acknowledge("a", [Acknowledgement(0, 2, (1, 1))], now=0, limits=LIMITS)
     assert raised.value.code == ErrorCode.invalid_request
     with pytest.raises(KafkaError):
-        share.acknowledge("a", 0, 0, [9], now=0, limits=LIMITS)
+        share.acknowledge("a", [Acknowledgement(0, 0, (9,))], now=0, limits=LIMITS)
     with pytest.raises(KafkaError) as raised:  # an absurd range is refused at once, not walked
-        share.acknowledge("a", 0, 2**62, [AckType.ACCEPT], now=0, limits=LIMITS)
+        share.acknowledge("a", [Acknowledgement(0, 2**62, (AckType.ACCEPT,))], now=0, limits=LIMITS)
     assert raised.value.code == ErrorCode.invalid_record_state
 
 
 def test_released_records_come_back_rejected_ones_never_and_the_limit_archives_a_poison_record():
     share = SharePartition(0)
     share.acquire("a", _batches(0, 2), 0, 3, now=0, limits=LIMITS)
-    share.acknowledge("a", 0, 2, [AckType.RELEASE, AckType.REJECT, AckType.ACCEPT], now=0, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(0, 2, (AckType.RELEASE, AckType.REJECT, AckType.ACCEPT))], now=0, limits=LIMITS)
     assert share.start == 0 and share.next_wanted() == 0
     assert share.acquire("b", _batches(0, 2), 0, 10, now=0, limits=LIMITS) == [Acquired(0, 0, 2)]
-    share.acknowledge("b", 0, 0, [AckType.RELEASE], now=0, limits=LIMITS)
+    share.acknowledge("b", [Acknowledgement(0, 0, (AckType.RELEASE,))], now=0, limits=LIMITS)
     assert share.acquire("c", _batches(0, 2), 0, 10, now=0, limits=LIMITS) == [Acquired(0, 0, 3)]
-    share.acknowledge("c", 0, 0, [AckType.RELEASE], now=0, limits=LIMITS)  # the third delivery: archived
+    share.acknowledge("c", [Acknowledgement(0, 0, (AckType.RELEASE,))], now=0, limits=LIMITS)  # the third delivery: archived
     assert share.start == 3 and share.acquire("d", _batches(0, 2), 0, 10, now=0, limits=LIMITS) == []
 
 
 def test_locks_expire_and_renew():
     share = SharePartition(0)
     share.acquire("a", _batches(0, 1), 0, 2, now=0, limits=LIMITS)
-    share.acknowledge("a", 1, 1, [AckType.RENEW], now=20, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(1, 1, (AckType.RENEW,))], now=20, limits=LIMITS)
     assert share.next_expiry() == 30
     assert share.expire(30, LIMITS) == 1  # offset 0's lock ended; 1's runs to 50
     assert share.acquired_by("a") == [1]
@@ -84,7 +88,7 @@ def test_markers_gaps_and_the_in_flight_ceiling():
     # 0..4 data, 5 a marker, 6..7 removed by the cleaner, 8..9 data
     batches = [LogBatch(0, 4, False), LogBatch(5, 5, True), LogBatch(8, 9, False)]
     assert share.acquire("a", batches, 0, 100, now=0, limits=LIMITS) == [Acquired(0, 4, 1), Acquired(8, 9, 1)]
-    share.acknowledge("a", 0, 4, [AckType.ACCEPT], now=0, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(0, 4, (AckType.ACCEPT,))], now=0, limits=LIMITS)
     assert share.start == 8  # over the marker and the gap
     ceiling = Limits(30, 3, max_in_flight=3)
     share = SharePartition(0)
@@ -104,9 +108,9 @@ def test_retention_moves_the_start_and_an_administrator_resets_it():
 def test_the_stored_state_keeps_acknowledgements_and_delivery_counts_and_drops_locks():
     share = SharePartition(0)
     share.acquire("a", _batches(0, 5), 0, 6, now=0, limits=LIMITS)
-    share.acknowledge("a", 1, 2, [AckType.ACCEPT], now=0, limits=LIMITS)
-    share.acknowledge("a", 3, 3, [AckType.REJECT], now=0, limits=LIMITS)
-    share.acknowledge("a", 4, 4, [AckType.RELEASE], now=0, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(1, 2, (AckType.ACCEPT,))], now=0, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(3, 3, (AckType.REJECT,))], now=0, limits=LIMITS)
+    share.acknowledge("a", [Acknowledgement(4, 4, (AckType.RELEASE,))], now=0, limits=LIMITS)
     stored = share.states()
     assert stored == [StateBatch(0, 0, RecordState.AVAILABLE, 1), StateBatch(1, 2, RecordState.ACKNOWLEDGED, 1),
                       StateBatch(3, 3, RecordState.ARCHIVED, 1), StateBatch(4, 5, RecordState.AVAILABLE, 1)]
@@ -144,7 +148,7 @@ def test_no_record_is_held_twice_lost_or_delivered_after_acceptance(steps):
             held = share.acquired_by(member)[:n]
             kind = {"accept": AckType.ACCEPT, "release": AckType.RELEASE, "reject": AckType.REJECT}[action]
             for offset in held:
-                share.acknowledge(member, offset, offset, [kind], now, LIMITS)
+                share.acknowledge(member, [Acknowledgement(offset, offset, (kind,))], now, LIMITS)
                 if kind is not AckType.RELEASE:
                     finished.add(offset)
         elif action == "expire":
