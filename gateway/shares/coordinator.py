@@ -224,6 +224,7 @@ class ShareCoordinator:
         """Apply a member's acknowledgements of one share-partition, all or none, and store
         them before returning."""
         held = await self.hold(key, topic, partition_log)
+        held.state.trim(partition_log.log_start_offset)  # records deleted meanwhile are no longer in flight
         batches = list(batches)
         held.state.acknowledge(member_id, batches, trio.current_time(), self.limits(key.group_id))
         self.acknowledged += sum(batch.last - batch.first + 1 for batch in batches)

@@ -265,3 +265,20 @@ async def test_find_coordinator_names_a_share_partitions_owner():
         assert codes == [(keys[0], ErrorCode.none, 0), (keys[1], ErrorCode.none, 0),
                          (keys[2], ErrorCode.invalid_request, -1), (keys[3], ErrorCode.unknown_topic_or_partition, -1),
                          (keys[4], ErrorCode.invalid_request, -1)]
+
+
+async def test_records_deleted_while_in_flight_are_archived_and_the_start_follows_the_log():
+    async with direct_gateway() as gateway:
+        topic_id = await _topic(gateway, "jobs", records=10)
+        await _earliest(gateway, "g")
+        assert _acquired(await gateway.call(78, 1, _fetch("a", 0, topic_id, max_records=6))) == [(0, 5, 1)]
+        deleted = await gateway.call(21, 2, _request(21, 2, topics=[dict(name="jobs", partitions=[
+            dict(partition_index=0, offset=4)])], timeout=5000))
+        assert deleted.topics[0].partitions[0].error_code == ErrorCode.none
+        # 0..3 are gone from the log: no longer in flight, so no longer acknowledged; 4 and 5 still are.
+        gone = await gateway.call(78, 1, _fetch("a", 1, topic_id, acks={0: [(0, 3, [ACCEPT])]}))
+        assert _partition(gone).acknowledge_error_code == ErrorCode.invalid_record_state
+        kept = await gateway.call(79, 1, _acknowledge("a", 2, topic_id, {0: [(4, 5, [ACCEPT])]}))
+        assert _partition(kept).error_code == ErrorCode.none
+        described = await gateway.call(90, 1, _request(90, 1, groups=[dict(group_id="g", topics=None)]))
+        assert described.groups[0].topics[0].partitions[0].start_offset == 6
