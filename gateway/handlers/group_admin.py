@@ -32,6 +32,11 @@ async def handle_describe_groups(ctx: RequestContext, request: Request):
                                   protocol_data="", members=[]))
             continue
         group = ctx.groups.groups.get(group_id)
+        if group is None and ctx.shares.knows(group_id):  # as Kafka: described by ShareGroupDescribe
+            described.append(dict(error_code=ErrorCode.group_id_not_found, group_id=group_id, group_state="",
+                                  protocol_type="", protocol_data="", members=[],
+                                  error_message=f"group {group_id!r} is not a classic group"))
+            continue
         if group is None:
             described.append(dict(error_code=ErrorCode.none, group_id=group_id, group_state=GroupState.DEAD.value,
                                   protocol_type="", protocol_data="", members=[]))

@@ -224,6 +224,8 @@ async def test_a_group_id_names_one_kind_of_group():
             68, 1, group_id="c", member_id="c", member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout=30_000,
             subscribed_topic_names=["jobs"], subscribed_topic_regex=None, server_assignor=None, topic_partitions=None))
         assert (await gateway.call(76, 1, _beat("m", 0, group="c", topics=["jobs"]))).error_code == ErrorCode.group_id_not_found
+        (described,) = (await gateway.call(15, 6, _request(15, 6, groups=["g"], include_authorized_operations=False))).groups
+        assert described.error_code == ErrorCode.group_id_not_found  # as Kafka: ShareGroupDescribe describes it
 
 
 async def test_deleting_a_topic_removes_its_share_state():
