@@ -256,6 +256,7 @@ class ResolvedLog:
     linger_ms: int
     flush_bytes: int
     compaction_delay_ms: int
+    compaction_min_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +267,7 @@ class LogConfig:
         -1, "extra wait before writing a log object (-1: 0 on the filesystem, 250 on S3); requests "
         "arriving while one is written always share the next", minimum=-1)
     flush_bytes: int = _opt(
-        -1, "write a log object as soon as this many bytes wait (-1: 4 MiB on the filesystem, 8 MiB on S3)",
+        -1, "write a log object as soon as this many bytes wait (-1: 4 MiB on the filesystem, 16 MiB on S3)",
         minimum=-1)
     fill_wait_ms: int = _opt(
         5, "with no linger: under load (bytes arriving fast enough to add 256 KiB in this time), the longest "
@@ -276,8 +277,9 @@ class LogConfig:
         -1, "longest a partition's records stay in shared log objects before compaction into a segment "
         "(-1: 60 s on the filesystem, 10 min on S3, where each segment is a billed PUT)", minimum=-1)
     compaction_min_bytes: int = _opt(
-        4 * 2**20, "compact a partition sooner, once this many of its bytes wait in log objects: segments "
-        "are written per partition, so quiet partitions wait for compaction_delay_ms instead", minimum=1)
+        -1, "compact a partition sooner, once this many of its bytes wait in log objects (-1: 4 MiB on the "
+        "filesystem, 64 MiB on S3, where each segment is a billed PUT): segments are written per partition, so "
+        "quiet partitions wait for compaction_delay_ms instead", minimum=-1)
     compaction_time_percent: int = _opt(
         50, "most of the gateway's time compaction may take: after each segment it pauses so that its "
         "work is at most this share (1-100)", minimum=1)
@@ -502,9 +504,11 @@ class GatewayConfig:
         log, on_s3 = self.log, self.storage.on_s3
         return ResolvedLog(
             linger_ms=log.linger_ms if log.linger_ms >= 0 else (250 if on_s3 else 0),
-            flush_bytes=log.flush_bytes if log.flush_bytes > 0 else (8 if on_s3 else 4) * 2**20,
+            flush_bytes=log.flush_bytes if log.flush_bytes > 0 else (16 if on_s3 else 4) * 2**20,
             compaction_delay_ms=log.compaction_delay_ms if log.compaction_delay_ms >= 0 else (
-                600_000 if on_s3 else 60_000))
+                600_000 if on_s3 else 60_000),
+            compaction_min_bytes=log.compaction_min_bytes if log.compaction_min_bytes > 0 else (
+                64 if on_s3 else 4) * 2**20)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{item.name}={'***' if item.metadata.get('secret') and self.option(item.name) else self.option(item.name)!r}"

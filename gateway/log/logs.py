@@ -124,7 +124,7 @@ class LogManager:
     def settings_for(self, info: TopicInfo) -> LogSettings:
         return LogSettings(self.config.storage.namespace, self.policy(info).segment_bytes, self.config.log.index_interval,
                            self.config.log.producer_scan_bytes, self.config.resolved_log.compaction_delay_ms,
-                           self.config.log.compaction_min_bytes)
+                           self.config.resolved_log.compaction_min_bytes)
 
     def policy(self, info: TopicInfo | None) -> TopicPolicy:
         """The topic's enforced configs (the broker's defaults for a topic not known); read on
