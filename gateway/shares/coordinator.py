@@ -170,7 +170,13 @@ class ShareCoordinator:
             held = self._held.get(key)
             if held is not None and held.log is partition_log:
                 return held
-            loaded = await self._store.load(key)  # ValueError: unreadable, the request fails
+            try:
+                loaded = await self._store.load(key)
+            except ValueError as exc:  # never started empty over it: that would deliver accepted records again
+                log.error("share-partition %s is not served: its stored state %s is unreadable (%s); repair or "
+                          "remove it", key, self._store.key(key), exc)
+                raise KafkaError(ErrorCode.unknown_server_error,
+                                 f"the stored state of share-partition {key} is unreadable") from None
             if loaded is None:
                 settings = self._settings_of(key.group_id)
                 start = (partition_log.log_start_offset if settings.share_auto_offset_reset == "earliest"
@@ -226,9 +232,9 @@ class ShareCoordinator:
         held = await self.hold(key, topic, partition_log)
         held.state.trim(partition_log.log_start_offset)  # records deleted meanwhile are no longer in flight
         batches = list(batches)
-        held.state.acknowledge(member_id, batches, trio.current_time(), self.limits(key.group_id))
+        if held.state.acknowledge(member_id, batches, trio.current_time(), self.limits(key.group_id)):
+            self._wake()  # a record given back, or room in flight: waiting fetches may acquire
         self.acknowledged += sum(batch.last - batch.first + 1 for batch in batches)
-        self._wake()  # a release makes records available; a moved start makes room
         await self._save(held)
 
     async def _save(self, held: _Held) -> None:

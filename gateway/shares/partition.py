@@ -201,11 +201,14 @@ class SharePartition:
         self._advance()
         return taken
 
-    def acknowledge(self, member: str, batches: Sequence[Acknowledgement], now: float, limits: Limits) -> None:
+    def acknowledge(self, member: str, batches: Sequence[Acknowledgement], now: float, limits: Limits) -> bool:
         """Apply a member's acknowledgements of this partition: all of them, or (KafkaError,
-        nothing applied) none. Each record must be held by ``member``."""
+        nothing applied) none. Each record must be held by ``member``. Whether a fetch may
+        now acquire more (a record given back, or the start moved: room in flight)."""
         for batch in batches:
             self._check(member, batch)
+        start = self.start
+        freed = False
         for batch in batches:
             kinds = [AckType(t) for t in batch.types]
             for offset in range(batch.first, batch.last + 1):
@@ -218,11 +221,13 @@ class SharePartition:
                     record.state = RecordState.ACKNOWLEDGED
                 elif kind is AckType.RELEASE:
                     self._release(record, limits)
+                    freed = True
                 else:  # REJECT, GAP
                     record.state = RecordState.ARCHIVED
                 record.member = ""
             self.version += 1
         self._advance()
+        return freed or self.start != start
 
     def _check(self, member: str, batch: Acknowledgement) -> None:
         first, last, types = batch.first, batch.last, batch.types

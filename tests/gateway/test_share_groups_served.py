@@ -284,3 +284,34 @@ async def test_records_deleted_while_in_flight_are_archived_and_the_start_follow
         assert _partition(kept).error_code == ErrorCode.none
         described = await gateway.call(90, 1, _request(90, 1, groups=[dict(group_id="g", topics=None)]))
         assert described.groups[0].topics[0].partitions[0].start_offset == 6
+
+
+async def test_a_long_poll_wakes_for_a_record_given_back():
+    async with direct_gateway() as gateway:
+        topic_id = await _topic(gateway, "jobs", records=1)
+        await _earliest(gateway, "g")
+        assert _acquired(await gateway.call(78, 1, _fetch("a", 0, topic_id))) == [(0, 0, 1)]
+        assert _acquired(await gateway.call(78, 1, _fetch("b", 0, topic_id))) == []
+        answers = []
+
+        async def poll():
+            answers.append(await gateway.call(78, 1, _fetch("b", 1, topic_id, max_wait=10_000)))
+
+        async with trio.open_nursery() as nursery:
+            started = trio.current_time()
+            nursery.start_soon(poll)
+            await trio.sleep(0.2)
+            await gateway.call(79, 1, _acknowledge("a", 1, topic_id, {0: [(0, 0, [RELEASE])]}))
+        assert _acquired(answers[0]) == [(0, 0, 2)] and trio.current_time() - started < 5
+
+
+async def test_an_unreadable_share_state_is_refused_not_started_empty():
+    async with direct_gateway() as gateway:
+        topic_id = await _topic(gateway, "jobs", records=3)
+        await _earliest(gateway, "g")
+        key = f"kafscale/~meta/shares/{b'g'.hex()}/{topic_id.hex}/0.json"
+        await gateway.gateway.store.put(key, b'{"start_offset": "not a number"')
+        answer = await gateway.call(78, 1, _fetch("a", 0, topic_id))
+        assert _partition(answer).error_code == ErrorCode.unknown_server_error
+        assert "unreadable" in _partition(answer).error_message
+        assert await gateway.gateway.store.get(key) == b'{"start_offset": "not a number"'  # left for repair
