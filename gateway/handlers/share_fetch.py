@@ -149,7 +149,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Request):
     max_records = max(int(body.max_records), 1)
     while True:
         released = ctx.shares.released()  # taken before acquiring: a release meanwhile wakes us
-        logs = await _acquire(ctx, group_id, member_id, list(share_session.partitions), max_records, max_bytes, answer)
+        logs = await _acquire(ctx, group_id, member_id, share_session.in_turn(), max_records, max_bytes, answer)
         if answer.fetched or answer.fetch_errors or trio.current_time() >= deadline:
             break
         await wait_for_appends(logs, released, deadline)

@@ -47,10 +47,20 @@ class ShareSession:
     used_at: float  # trio time of its last request
     epoch: int = 1
     partitions: dict[tuple[uuid.UUID, int], None] = field(default_factory=dict)  # in the order added
+    turn: int = 0  # where the last request began among the partitions
 
     def advance(self, now: float) -> None:
         self.epoch = self.epoch + 1 if self.epoch < 2**31 - 1 else 1
         self.used_at = now
+
+    def in_turn(self) -> list[tuple[uuid.UUID, int]]:
+        """The session's partitions, starting one further each request: a fetch fills up from
+        the first, so no partition's backlog keeps the others waiting."""
+        partitions = list(self.partitions)
+        if not partitions:
+            return partitions
+        self.turn = (self.turn + 1) % len(partitions)
+        return partitions[self.turn:] + partitions[:self.turn]
 
     def track(self, added: Iterable[tuple[uuid.UUID, int]], forgotten: Iterable[tuple[uuid.UUID, int]]) -> None:
         """A request's partitions join the session; its forgotten ones leave it."""

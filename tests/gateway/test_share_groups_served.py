@@ -315,3 +315,14 @@ async def test_an_unreadable_share_state_is_refused_not_started_empty():
         assert _partition(answer).error_code == ErrorCode.unknown_server_error
         assert "unreadable" in _partition(answer).error_message
         assert await gateway.gateway.store.get(key) == b'{"start_offset": "not a number"'  # left for repair
+
+
+async def test_a_fetch_limited_in_records_takes_the_partitions_in_turn():
+    async with direct_gateway() as gateway:
+        topic_id = await _topic(gateway, "jobs", partitions=2, records=10)
+        await _earliest(gateway, "g")
+        first = await gateway.call(78, 1, _fetch("a", 0, topic_id, partitions=(0, 1), max_records=5))
+        second = await gateway.call(78, 1, _fetch("a", 1, topic_id, partitions=(0, 1), max_records=5))
+        taken = [[p.partition_index for t in answer.responses for p in t.partitions if p.acquired_records]
+                 for answer in (first, second)]
+        assert sorted(taken) == [[0], [1]]  # one partition's backlog does not keep the other waiting
