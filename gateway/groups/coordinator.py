@@ -249,7 +249,7 @@ class GroupCoordinator:
             return classic
         return group
 
-    async def consumer_heartbeat(self, group_id: str, beat: Heartbeat, topics: dict[str, int]) -> HeartbeatAnswer:
+    async def consumer_heartbeat(self, group_id: str, beat: Heartbeat, topics: Mapping[str, int]) -> HeartbeatAnswer:
         """A ConsumerGroupHeartbeat (KIP-848); ``topics``: the cluster's topics and their partition counts.
         Answered once the store holds what it changed (epochs, assignments), as Kafka answers once
         its records are written: a new coordinator then carries on from what members were told."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -102,6 +102,7 @@ class LogManager:
         self._catalog: dict[str, TopicInfo] | None = None  # the metadata store's dict, as last seen
         self._served: dict[str, TopicInfo] = {}
         self._names_by_id: dict[uuid.UUID, str] = {}
+        self._partition_counts: dict[str, int] = {}
         self._policies: dict[str, tuple[TopicInfo, TopicPolicy]] = {}
 
     async def start(self) -> None:
@@ -214,12 +215,19 @@ class LogManager:
             limit = self.config.topics.max_partitions_per_topic
             self._served = {name: info for name, info in catalog.items() if info.partitions <= limit}
             self._names_by_id = {info.topic_id: name for name, info in self._served.items()}
+            self._partition_counts = {name: info.partitions for name, info in self._served.items()}
             for name in catalog.keys() - self._served.keys():
                 if self._catalog is None or name not in self._catalog:
                     log.error("not serving topic %r: its %d partitions exceed max_partitions_per_topic %d "
                               "(raise the limit, or delete the topic)", name, catalog[name].partitions, limit)
             self._catalog = catalog
         return self._served
+
+    def partition_counts(self) -> Mapping[str, int]:
+        """Each served topic's partition count (what group assignors work from): kept with
+        :meth:`topics`, not built per heartbeat. Read only."""
+        self.topics()
+        return self._partition_counts
 
     def names_by_id(self) -> dict[uuid.UUID, str]:
         """Each served topic's name by its id (Kafka 4 clients name topics by id in Fetch,

@@ -234,6 +234,11 @@ class ClientAccess:
     def allowed_topic(self, operation: Operation, topic: str, quiet: bool = False) -> bool:
         return self.allowed(operation, ResourceType.TOPIC, topic, quiet)
 
+    @property
+    def sees_every_topic(self) -> bool:
+        """Whether no authorizer filters what this client sees (so a listing need not ask per topic)."""
+        return not self._access.enforcing
+
     def allowed_group(self, operation: Operation, group: str, quiet: bool = False) -> bool:
         return self.allowed(operation, ResourceType.GROUP, group, quiet)
 
