@@ -22,13 +22,10 @@ from ..context import RequestContext
 from ..failures import FAILURES, code_of
 from ..log import PartitionLog
 from ..security.acl import Operation
-from ..shares.coordinator import Fetched, ShareSession
+from ..shares.coordinator import OPEN_EPOCH, Fetched
 from ..shares.partition import Acknowledgement
 from ..shares.store import ShareKey
 from .base import leader_hint, register, respond, wait_for_appends
-
-OPEN_EPOCH = 0
-CLOSE_EPOCH = -1
 
 PartitionId = tuple[uuid.UUID, int]
 
@@ -76,9 +73,10 @@ class _Answer:
                                     for e in self.endpoints.values()])
 
 
-async def _partition(ctx: RequestContext, group_id: str, part: PartitionId) -> tuple[ShareKey, str, PartitionLog]:
-    """The share-partition of ``part`` and its log, if this gateway may serve it."""
-    name = ctx.logs.names_by_id().get(part[0])
+async def _partition(ctx: RequestContext, group_id: str, part: PartitionId,
+                     name: str | None) -> tuple[ShareKey, str, PartitionLog]:
+    """The share-partition of ``part`` (its topic ``name``, None when no topic has its id)
+    and its log, if this gateway may serve it."""
     if name is None:
         raise KafkaError(ErrorCode.unknown_topic_id, f"no topic with id {part[0]}")
     if not ctx.access.allowed_topic(Operation.READ, name):
@@ -99,8 +97,8 @@ async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, topic
                        for b in part.acknowledgement_batches]
             name = ctx.logs.names_by_id().get(topic.topic_id)
             try:
-                share, name, partition_log = await _partition(ctx, group_id, key)
-                await ctx.shares.acknowledge(share, name, partition_log, member_id, batches)
+                share, topic_name, partition_log = await _partition(ctx, group_id, key, name)
+                await ctx.shares.acknowledge(share, topic_name, partition_log, member_id, batches)
             except FAILURES as exc:
                 answer.fail(key, exc, answer.ack_errors, ctx, name)
     return acknowledged
@@ -120,17 +118,10 @@ async def handle_share_fetch(ctx: RequestContext, request: Request):
     try:
         group_id, member_id = _check_ids(body.group_id, body.member_id)
         ctx.access.require_group(Operation.READ, group_id)
-        epoch = body.share_session_epoch
-        has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
-        share_session: ShareSession | None = None
-        if epoch == OPEN_EPOCH:
-            if has_acks:
-                raise KafkaError(ErrorCode.invalid_request, "a share session's first fetch acknowledges nothing")
-            share_session = ctx.shares.open_session(group_id, member_id)
-        elif epoch != CLOSE_EPOCH:
-            share_session = ctx.shares.resume_session(group_id, member_id, epoch)
-        elif (group_id, member_id) not in ctx.shares.sessions:
-            raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
+        if body.share_session_epoch == OPEN_EPOCH and any(
+                p.acknowledgement_batches for t in body.topics for p in t.partitions):
+            raise KafkaError(ErrorCode.invalid_request, "a share session's first fetch acknowledges nothing")
+        share_session = ctx.shares.session_for(group_id, member_id, body.share_session_epoch, may_open=True)
     except KafkaError as exc:
         return _top_error(request, exc.code, str(exc))
     lock_ms = int(ctx.shares.limits(group_id).lock_s * 1000)
@@ -169,10 +160,10 @@ async def _acquire(ctx: RequestContext, group_id: str, member_id: str, parts: li
             break
         name = ctx.logs.names_by_id().get(part[0])
         try:
-            key, name, partition_log = await _partition(ctx, group_id, part)
+            key, topic_name, partition_log = await _partition(ctx, group_id, part, name)
             logs.append(partition_log)
             want = max_bytes - size if memory is None else min(max_bytes - size, max(memory.available(), 1))
-            fetched = await ctx.shares.acquire(key, name, partition_log, member_id, max_records - records, want)
+            fetched = await ctx.shares.acquire(key, topic_name, partition_log, member_id, max_records - records, want)
         except FAILURES as exc:
             answer.fail(part, exc, answer.fetch_errors, ctx, name)
             continue
@@ -185,29 +176,18 @@ async def _acquire(ctx: RequestContext, group_id: str, member_id: str, parts: li
     return logs
 
 
-def _acknowledge_error(request: Request, code: ErrorCode, message: str | None = None):
-    return respond(request, dict(error_code=code, error_message=message, acquisition_lock_timeout=0, responses=[],
-                                 node_endpoints=[]))
-
-
-@register(ApiKey.SHARE_ACKNOWLEDGE, error=_acknowledge_error)
+@register(ApiKey.SHARE_ACKNOWLEDGE, error=_top_error)
 async def handle_share_acknowledge(ctx: RequestContext, request: Request):
     body = request.body
     try:
         group_id, member_id = _check_ids(body.group_id, body.member_id)
         ctx.access.require_group(Operation.READ, group_id)
-        epoch = body.share_session_epoch
-        if epoch == OPEN_EPOCH:
-            raise KafkaError(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session")
-        if epoch != CLOSE_EPOCH:
-            ctx.shares.resume_session(group_id, member_id, epoch)
-        elif (group_id, member_id) not in ctx.shares.sessions:
-            raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
+        share_session = ctx.shares.session_for(group_id, member_id, body.share_session_epoch, may_open=False)
     except KafkaError as exc:
-        return _acknowledge_error(request, exc.code, str(exc))
+        return _top_error(request, exc.code, str(exc))
     answer = _Answer()
     told = await _acknowledge(ctx, group_id, member_id, body.topics, answer)
-    if epoch == CLOSE_EPOCH:
+    if share_session is None:  # closing: acknowledged, then what the member holds is given back
         ctx.shares.close_session(group_id, member_id)
     full = answer.body(told, int(ctx.shares.limits(group_id).lock_s * 1000))
     for topic in full["responses"]:

@@ -35,6 +35,8 @@ __all__ = ["ShareCoordinator", "ShareSession", "Fetched"]
 log = logging.getLogger("kafscale.shares")
 
 TICK_S = 0.2  # how often locks and sessions are checked, and changes not yet stored written
+OPEN_EPOCH = 0  # a share session's first request
+CLOSE_EPOCH = -1  # its last
 
 
 @dataclass(eq=False)
@@ -114,9 +116,7 @@ class ShareCoordinator:
         self.stored_groups = await self._store.stored_groups()
 
     def limits(self, group_id: str) -> Limits:
-        settings = self._settings_of(group_id)
-        return Limits(settings.share_record_lock_duration_ms / 1000, settings.share_delivery_count_limit,
-                      settings.share_partition_max_record_locks)
+        return _limits(self._settings_of(group_id))
 
     # -- membership ------------------------------------------------------------------------
 
@@ -135,24 +135,33 @@ class ShareCoordinator:
 
     # -- sessions --------------------------------------------------------------------------
 
-    def open_session(self, group_id: str, member_id: str) -> ShareSession:
-        """Epoch 0: a new session (one the member had is closed, its records given back)."""
+    def session_for(self, group_id: str, member_id: str, epoch: int, *, may_open: bool) -> ShareSession | None:
+        """The share session a request of ``epoch`` belongs to: 0 opens one (a ShareFetch may;
+        a member's earlier session is closed, its records given back), -1 names the one the
+        request closes (None: the caller closes it once the request's acknowledgements are
+        applied), any other epoch must be the session's next."""
+        if epoch == OPEN_EPOCH:
+            if not may_open:
+                raise KafkaError(ErrorCode.invalid_share_session_epoch, "only a ShareFetch opens a share session")
+            return self._open_session(group_id, member_id)
+        share_session = self.sessions.get((group_id, member_id))
+        if share_session is None:
+            raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
+        if epoch == CLOSE_EPOCH:
+            return None
+        if epoch != share_session.epoch:
+            raise KafkaError(ErrorCode.invalid_share_session_epoch,
+                             f"share session epoch {epoch}, expected {share_session.epoch}")
+        share_session.advance(trio.current_time())
+        return share_session
+
+    def _open_session(self, group_id: str, member_id: str) -> ShareSession:
         if (group_id, member_id) in self.sessions:
             self.close_session(group_id, member_id)
         elif len(self.sessions) >= self._session_slots:
             raise KafkaError(ErrorCode.share_session_limit_reached,
                              f"{len(self.sessions)} share sessions are open, the most this gateway keeps")
         share_session = self.sessions[group_id, member_id] = ShareSession(group_id, member_id, trio.current_time())
-        return share_session
-
-    def resume_session(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
-        share_session = self.sessions.get((group_id, member_id))
-        if share_session is None:
-            raise KafkaError(ErrorCode.share_session_not_found, f"no share session of {member_id!r} here")
-        if epoch != share_session.epoch:
-            raise KafkaError(ErrorCode.invalid_share_session_epoch,
-                             f"share session epoch {epoch}, expected {share_session.epoch}")
-        share_session.advance(trio.current_time())
         return share_session
 
     def close_session(self, group_id: str, member_id: str) -> None:
@@ -209,7 +218,7 @@ class ShareCoordinator:
         """Acquire for ``member_id`` the next available records of one share-partition."""
         held = await self.hold(key, topic, partition_log)
         settings = self._settings_of(key.group_id)
-        limits = self.limits(key.group_id)
+        limits = _limits(settings)
         state = held.state
         state.trim(partition_log.log_start_offset)
         committed_only = settings.share_isolation_level == "read_committed"
@@ -354,9 +363,7 @@ class ShareCoordinator:
         for key in [k for k in self._held if k.topic_id == topic_id]:
             del self._held[key]
             self._loading.pop(key, None)
-        for group_id in list(self.stored_groups):
-            await self._store.delete([k for k in await self._store.stored_partitions(group_id)
-                                      if k.topic_id == topic_id])
+        await self._store.delete_topic(topic_id)
 
     def held_keys(self) -> list[ShareKey]:
         return list(self._held)
@@ -396,3 +403,8 @@ class ShareCoordinator:
             if held.state.version != held.saved:
                 with self._failures.guard("share state writes", str(held.key)):
                     await self._save(held)
+
+
+def _limits(settings: GroupSettings) -> Limits:
+    return Limits(settings.share_record_lock_duration_ms / 1000, settings.share_delivery_count_limit,
+                  settings.share_partition_max_record_locks)

@@ -110,5 +110,11 @@ class ShareStateStore:
             groups.add(group_id)
         return groups
 
+    async def delete_topic(self, topic_id: uuid.UUID) -> None:
+        """Every group's state of one topic (a deleted topic's), found in one listing."""
+        keys = [info.key for info in await self._store.list(self._prefix)
+                if info.key[len(self._prefix):].split("/")[1:2] == [topic_id.hex]]
+        await self._store.delete_many(keys)
+
     async def delete(self, keys: list[ShareKey]) -> None:
         await self._store.delete_many([self.key(k) for k in keys])
