@@ -88,7 +88,7 @@ class ShareStateStore:
         keys = []
         for info in await self._store.list(prefix):
             topic_hex, _, name = info.key[len(prefix):].partition("/")
-            if name.endswith(".json") and name[:-5].isdecimal():
+            if name.endswith(".json") and name[:-5].isdecimal() and _is_hex_id(topic_hex):
                 keys.append(ShareKey(group_id, uuid.UUID(hex=topic_hex), int(name[:-5])))
         return keys
 
@@ -118,3 +118,8 @@ class ShareStateStore:
 
     async def delete(self, keys: list[ShareKey]) -> None:
         await self._store.delete_many([self.key(k) for k in keys])
+
+
+def _is_hex_id(text: str) -> bool:
+    """Whether a folder name is a topic id as this store writes them (anything else there is skipped)."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
