@@ -15,6 +15,7 @@ from .config import ConfigError, resolve_config  # noqa: E402
 from .heap import collect_rarely, return_large_buffers  # noqa: E402
 from .logsetup import setup_logging  # noqa: E402
 from .server import StartupError, serve  # noqa: E402
+from .workers.supervisor import WorkersRefused, coordination_directory, supervise  # noqa: E402
 
 
 async def _run(config) -> None:
@@ -42,9 +43,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     config = loaded.config
     setup_logging(config.logging.log_level, config.logging.log_format)
+    if config.network.worker_count > 1 and not config.network.is_worker:
+        try:
+            return trio.run(supervise, config, sys.argv[1:] if argv is None else argv)
+        except WorkersRefused as exc:
+            print(f"kafscale-gateway: {exc}", file=sys.stderr)
+            return 1
     return_large_buffers()
     collect_rarely()
     try:
+        _check_directory_owner(config)
         trio.run(_run, config)
     except (StartupError, BaseExceptionGroup) as exc:
         reason = _startup_error(exc)  # trio's nurseries wrap it in exception groups
@@ -53,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafscale-gateway: {reason}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_directory_owner(config) -> None:
+    """A lone gateway would take the store of workers over as an earlier run of itself."""
+    directory = coordination_directory(config)
+    if not config.network.is_worker and not config.cluster.enabled and directory is not None and directory.exists():
+        raise StartupError(f"{directory.parent} is run by kafscale-gateway --workers (its coordination is in "
+                           f"{directory.name}): start it with --workers N (1 is not enough)")
 
 
 def _startup_error(exc: BaseException) -> StartupError | None:

@@ -92,6 +92,28 @@ class NetworkConfig:
     node_id: str = _opt("auto", "broker id this gateway reports in Metadata: a number, or auto (alone: 0; in a "
                         "cluster the lowest id no live gateway holds, held under its etcd lease)")
     cluster_id: str = _opt("kafscale", "cluster id reported in Metadata")
+    workers: str = _opt("1", "gateway processes on this machine behind one listener (SO_REUSEPORT), each a broker "
+                        "of its own port: a number, or auto (one per core); alone, they coordinate through "
+                        "their parent, which keeps its state in the storage directory (docs/operations.md)")
+    worker_ports: int = _opt(0, "with workers: the first of the ports the workers' own listeners take, one per "
+                             "worker and listener (0: ports the system picks)", minimum=0, maximum=_PORT_MAX)
+    worker_slot: int = _opt(-1, "set by the parent of --workers for each worker process: its place among them "
+                            "(-1: not a worker)", minimum=-1, maximum=1023)
+
+    @property
+    def worker_count(self) -> int:
+        """How many processes ``workers`` asks for (auto: the cores this process may run on)."""
+        text = str(self.workers).strip()
+        if text == "auto":
+            return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        if not text.isdigit() or not 1 <= int(text) <= 1024:
+            raise ConfigError(f"workers must be auto or a number from 1 to 1024, got {self.workers!r}")
+        return int(text)
+
+    @property
+    def is_worker(self) -> bool:
+        """Whether this process is one of a parent's workers, sharing its listeners' ports."""
+        return self.worker_slot >= 0
 
     @property
     def requested_node_id(self) -> int | Literal["auto"]:
@@ -528,6 +550,7 @@ class GatewayConfig:
             if choices and value not in choices:
                 raise ConfigError(f"{item.name} must be one of {', '.join(choices)}, got {value!r}")
         _ = self.network.requested_node_id  # raises ConfigError when it is neither auto nor a number
+        self._validate_workers()
         log, storage = self.log, self.storage
         if log.compaction_time_percent > 100:
             raise ConfigError(f"compaction_time_percent must be <= 100, got {log.compaction_time_percent}")
@@ -543,6 +566,21 @@ class GatewayConfig:
             raise ConfigError("namespace must be a non-empty name without '/'")
         self._validate_security()
         return self
+
+    def _validate_workers(self) -> None:
+        network = self.network
+        if network.worker_count == 1 and not network.is_worker:
+            return
+        if network.requested_node_id != "auto":
+            raise ConfigError("workers: each worker takes a free node id, so node_id must be auto")
+        if network.advertised_port or network.advertised_listeners:
+            raise ConfigError("workers: each worker advertises its own port, so advertised_port and "
+                              "advertised_listeners cannot be set (advertised_host can)")
+        if any(listener.port == 0 for listener in network.kafka_listeners):
+            raise ConfigError("workers: the listeners they share need fixed ports, not 0")
+        if not self.cluster.enabled and not network.is_worker and self.storage.on_s3:
+            raise ConfigError("workers on S3 need etcd (etcd_endpoints): alone, the workers' coordination is "
+                              "kept in a local storage directory")
 
     def _validate_security(self) -> None:
         network, tls, sasl = self.network, self.tls, self.sasl

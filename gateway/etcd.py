@@ -144,7 +144,14 @@ class EtcdClient:
             raise ValueError("an etcd password was given without a user name")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._order = itertools.cycle(range(len(self.endpoints)))
-        self._http = httpx.AsyncClient(timeout=timeout_ms / 1000, verify=tls if tls is not None else True)
+        transport = None
+        if self.endpoints[0].startswith("unix://"):  # a --workers parent's store, on its private socket
+            if len(self.endpoints) > 1:
+                raise ValueError("a unix:// etcd endpoint comes alone")
+            transport = httpx.AsyncHTTPTransport(uds=self.endpoints[0][len("unix://"):])
+            self.endpoints = ["http://localhost"]
+        self._http = httpx.AsyncClient(timeout=timeout_ms / 1000, verify=tls if tls is not None else True,
+                                       transport=transport)
         self._credentials = {"name": username, "password": password} if username else None
         self._token: str | None = None
         self._login = trio.Lock()  # one authentication at a time; the others reuse its token

@@ -174,24 +174,52 @@ def _tls(config: GatewayConfig) -> tuple[TlsContext, PrincipalMapper] | None:
 
 
 async def _listen(config: GatewayConfig) -> list[tuple[Listener, list[trio.SocketListener]]]:
-    """Every Kafka listener bound, each with the port it got (0 asks for a free one)."""
+    """Every Kafka listener bound, each with the port it got (0 asks for a free one). A
+    worker binds each listener's port shared with its siblings (SO_REUSEPORT: the kernel
+    spreads new connections) and a port of its own, which it advertises: clients bootstrap
+    anywhere and reach each partition's leader directly."""
     bound: list[tuple[Listener, list[trio.SocketListener]]] = []
-    for spec in config.network.kafka_listeners:
+    network = config.network
+    for index, spec in enumerate(network.kafka_listeners):
         try:
-            sockets = await trio.open_tcp_listeners(spec.port, host=spec.host or None)
+            if network.is_worker:
+                own_port = network.worker_ports + network.worker_slot * len(network.kafka_listeners) + index \
+                    if network.worker_ports else 0
+                own = await _reuseport_listener(spec.host, own_port, shared=False)
+                sockets = [own, await _reuseport_listener(spec.host, spec.port, shared=True)]
+            else:
+                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host or None)
         except OSError as exc:
             raise StartupError(f"cannot listen on {spec.host}:{spec.port} ({spec.name}): {exc}") from exc
         bound.append((replace(spec, port=sockets[0].socket.getsockname()[1]), sockets))
     return bound
 
 
+async def _reuseport_listener(host: str, port: int, *, shared: bool) -> trio.SocketListener:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        await sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
+
+
 async def _listen_http(config: GatewayConfig) -> list[trio.SocketListener]:
-    if config.network.http_port < 0:
+    network = config.network
+    if network.http_port < 0:
         return []
     try:
-        return await trio.open_tcp_listeners(config.network.http_port, host=config.network.http_host)
+        if network.is_worker:  # the workers share one HTTP port too
+            return [await _reuseport_listener(network.http_host, network.http_port, shared=network.http_port > 0)]
+        return await trio.open_tcp_listeners(network.http_port, host=network.http_host)
     except OSError as exc:
-        raise StartupError(f"cannot listen on {config.network.http_host}:{config.network.http_port}: {exc}") from exc
+        raise StartupError(f"cannot listen on {network.http_host}:{network.http_port}: {exc}") from exc
 
 
 async def _tls_handshake(stream: trio.SocketStream, tls: TlsContext, mapper: PrincipalMapper, listener: Listener,

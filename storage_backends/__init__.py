@@ -13,7 +13,7 @@ from .base import (
     StorageError,
     StorageUnavailable,
 )
-from .factory import check_location, open_store
+from .factory import check_location, filesystem_directory, open_store
 from .obstore_backend import LocalBackend, MemoryBackend, ObstoreBackend
 from .s3 import S3Backend, S3Options
 
@@ -35,5 +35,6 @@ __all__ = [
     "StorageError",
     "StorageUnavailable",
     "check_location",
+    "filesystem_directory",
     "open_store",
 ]

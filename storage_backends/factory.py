@@ -6,7 +6,7 @@ from .base import ObjectStore
 from .obstore_backend import LocalBackend, MemoryBackend
 from .s3 import S3Backend, S3Options
 
-__all__ = ["open_store", "check_location", "LOCATION_FORMS"]
+__all__ = ["open_store", "check_location", "filesystem_directory", "LOCATION_FORMS"]
 
 LOCATION_FORMS = "a path, file:///absolute/path, s3://bucket/prefix or memory://"
 
@@ -23,6 +23,14 @@ def check_location(location: str) -> None:
             raise ValueError(f"no bucket in {location!r}: use s3://bucket/prefix")
 
 
+def filesystem_directory(location: str) -> str | None:
+    """The directory a filesystem location names; None for memory:// and s3://."""
+    check_location(location)
+    if location.startswith(("memory://", "s3://")):
+        return None
+    return location[len("file://"):] if location.startswith("file://") else location
+
+
 def open_store(location: str, *, fsync: bool = True, s3: S3Options | None = None) -> ObjectStore:
     """``./data`` or ``file:///abs/path`` → filesystem; ``memory://`` → in memory;
     ``s3://bucket/prefix`` → S3 or an S3-compatible server (``s3`` options)."""
@@ -32,6 +40,6 @@ def open_store(location: str, *, fsync: bool = True, s3: S3Options | None = None
     if location.startswith("s3://"):
         bucket, _, prefix = location[len("s3://"):].partition("/")
         return S3Backend(bucket, prefix.strip("/"), s3 or S3Options())
-    if location.startswith("file://"):
-        return LocalBackend(location[len("file://") :], fsync=fsync)
-    return LocalBackend(location, fsync=fsync)
+    directory = filesystem_directory(location)
+    assert directory is not None  # neither memory:// nor s3://, handled above
+    return LocalBackend(directory, fsync=fsync)

@@ -1,0 +1,195 @@
+"""``kafscale-gateway --workers N``: a parent and N gateway processes, every core used.
+
+The parent serves no client. It starts the workers (this program again, each told its
+slot), and each is a cluster gateway: it binds the listeners' ports shared with the others
+(SO_REUSEPORT) and one port of its own that Metadata advertises, holds a node id and its
+partitions under a lease, and hands them over when it stops, as cluster gateways do.
+Their etcd is the configured one or, with none configured, the parent's own store
+(:mod:`.kv_server`) on a private unix socket, kept in the storage directory
+(:mod:`.journal`) and fenced by the same leases.
+
+A worker that dies is started again (after a pause that grows while it keeps dying); its
+partitions move to the others when its lease ends, and acknowledged records are in the
+store already. A worker that fails on its first start stops them all: the error is the
+user's to fix (a port in use, a bad option). SIGTERM or SIGINT is passed on to every
+worker, and the parent exits when they have.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import trio
+
+from kafscale.storage_backends import filesystem_directory
+
+from ..config import GatewayConfig
+from .journal import Journal, JournalUnreadable
+from .kv import KeyValueStore
+from .kv_server import KvServer
+
+__all__ = ["COORDINATION_DIR", "WorkersRefused", "coordination_directory", "supervise"]
+
+log = logging.getLogger("kafscale.workers")
+
+COORDINATION_DIR = ".kafscale-coordination"  # in the storage directory, beside the namespaces
+_FIRST_RUN_S = 15.0  # a worker that dies sooner on its first start failed to start
+_MAX_PAUSE_S = 30.0
+
+
+class WorkersRefused(Exception):
+    """The workers cannot run on this configuration or directory; the message says why."""
+
+
+def coordination_directory(config: GatewayConfig) -> Path | None:
+    """Where the parent of workers keeps their coordination, for a filesystem store."""
+    directory = filesystem_directory(config.storage.storage)
+    return None if directory is None else Path(directory) / COORDINATION_DIR
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no worker outlives its parent's coordination
+
+
+@contextmanager
+def _held(directory: Path):
+    """The directory's lock, for the parent's life: one set of workers per directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "lock", "a+b") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WorkersRefused(f"another kafscale-gateway --workers runs on {directory.parent}") from None
+        yield
+
+
+async def _serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The workers' store, on a unix socket in a private directory; its address is started()."""
+    journal = Journal(directory / "journal")
+    try:
+        revision, data = journal.load()
+    except (JournalUnreadable, ValueError, KeyError) as exc:
+        raise WorkersRefused(f"the workers' coordination journal is unreadable: {exc} (restore it from a backup)") \
+            from exc
+    kv = KeyValueStore(revision, data, on_change=journal.append)
+    server = KvServer(kv)
+    private = tempfile.mkdtemp(prefix="kafscale-workers-")  # mode 0700: only this user reaches the socket
+    path = os.path.join(private, "coordination.sock")
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    try:
+        await sock.bind(path)
+        sock.listen(256)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.run)
+
+            async def compact() -> None:
+                while True:
+                    await trio.sleep(10)
+                    journal.maybe_rewrite(kv.revision, kv.items())
+
+            nursery.start_soon(compact)
+            nursery.start_soon(trio.serve_listeners, server.serve, [trio.SocketListener(sock)])
+            task_status.started(f"unix://{path}")
+    finally:
+        sock.close()
+        journal.close()
+        for leftover in (path, private):
+            try:
+                os.unlink(leftover) if leftover == path else os.rmdir(leftover)
+            except OSError:
+                pass
+
+
+class _Worker:
+    def __init__(self, slot: int, command: list[str]) -> None:
+        self.slot = slot
+        self.command = command
+        self.process: trio.Process | None = None
+        self.failed_start: int | None = None  # exit code of a first start that failed
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signum)
+
+    async def keep_running(self, stopping: trio.Event, failed: trio.Event) -> None:
+        pause, first = 0.5, True
+        while not stopping.is_set():
+            started = trio.current_time()
+            self.process = await trio.lowlevel.open_process(self.command, start_new_session=True,
+                                                            preexec_fn=_die_with_parent)
+            code = await self.process.wait()
+            if stopping.is_set():
+                return
+            ran_s = trio.current_time() - started
+            if first and ran_s < _FIRST_RUN_S and code in (1, 2):
+                self.failed_start = code
+                failed.set()
+                return
+            first = False
+            pause = 0.5 if ran_s > 60 else min(_MAX_PAUSE_S, pause * 2)
+            log.warning("worker %d exited (%s) after %.1f s; starting it again in %.1f s", self.slot,
+                        f"signal {-code}" if code < 0 else f"code {code}", ran_s, pause)
+            with trio.move_on_after(pause):
+                await stopping.wait()
+
+
+async def supervise(config: GatewayConfig, argv: list[str]) -> int:
+    """Runs the workers until SIGTERM or SIGINT; the exit code."""
+    count = config.network.worker_count
+    directory = coordination_directory(config)
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
+                (_held(directory) if directory is not None and not config.cluster.enabled else _nothing()):
+            extra: list[str] = []
+            if not config.cluster.enabled:
+                assert directory is not None  # config refuses workers on S3 without etcd
+                extra = ["--etcd-endpoints", await nursery.start(_serve_coordination, directory)]
+            base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra]
+            workers = [_Worker(slot, [*base, "--worker-slot", str(slot)]) for slot in range(count)]
+            stopping, failed = trio.Event(), trio.Event()
+            log.info("starting %d workers", count)
+            async with trio.open_nursery() as running:
+                for worker in workers:
+                    running.start_soon(worker.keep_running, stopping, failed)
+
+                async def stop_on_signal_or_failure() -> None:
+                    async with trio.open_nursery() as either:
+                        async def on_signal() -> None:
+                            async for _ in signals:
+                                return
+
+                        async def on_failure() -> None:
+                            await failed.wait()
+
+                        for waiter in (on_signal, on_failure):
+                            async def first(waiter=waiter) -> None:
+                                await waiter()
+                                either.cancel_scope.cancel()
+                            either.start_soon(first)
+                    stopping.set()
+                    for worker in workers:
+                        worker.signal(signal.SIGTERM)
+
+                running.start_soon(stop_on_signal_or_failure)
+                # Once every worker is gone (stopping), the signal task ends too.
+            nursery.cancel_scope.cancel()
+    codes = [w.failed_start for w in workers if w.failed_start is not None]
+    if codes:
+        print(f"kafscale-gateway: a worker failed to start (exit {codes[0]}); see its message above",
+              file=sys.stderr)
+        return codes[0]
+    return 0
+
+
+@contextmanager
+def _nothing():
+    yield
