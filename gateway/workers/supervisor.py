@@ -36,7 +36,7 @@ from .journal import Journal, JournalUnreadable
 from .kv import KeyValueStore
 from .kv_server import KvServer
 
-__all__ = ["COORDINATION_DIR", "WorkersRefused", "coordination_directory", "supervise"]
+__all__ = ["COORDINATION_DIR", "WorkersRefused", "coordination_directory", "serve_coordination", "supervise"]
 
 log = logging.getLogger("kafscale.workers")
 
@@ -72,7 +72,7 @@ def _held(directory: Path):
         yield
 
 
-async def _serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """The workers' store, on a unix socket in a private directory; its address is started()."""
     journal = Journal(directory / "journal")
     try:
@@ -152,7 +152,7 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
             extra: list[str] = []
             if not config.cluster.enabled:
                 assert directory is not None  # config refuses workers on S3 without etcd
-                extra = ["--etcd-endpoints", await nursery.start(_serve_coordination, directory)]
+                extra = ["--etcd-endpoints", await nursery.start(serve_coordination, directory)]
             base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra]
             workers = [_Worker(slot, [*base, "--worker-slot", str(slot)]) for slot in range(count)]
             stopping, failed = trio.Event(), trio.Event()

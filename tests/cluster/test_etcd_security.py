@@ -15,13 +15,9 @@ from devkit.ports import free_port
 from kafscale.gateway.etcd import EtcdAuthFailed, EtcdClient, EtcdError, EtcdUnavailable, tls_context
 from tests.cluster.conftest import LEASE_MS, wait_until
 from tests.support.gateway_process import GatewayProcess
+from tests.support.httpx_streams import IGNORE_ABANDONED_STREAMS
 
-# Leaving an httpx stream early (a cancelled watch) leaves httpx's and httpcore's inner async
-# generators to trio's finalizer, which closes them but warns; they are theirs, not leaks of ours.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Exception ignored in. <async_generator object (Response\.aiter_|BoundAsyncStream|"
-    r"AsyncResponseStream|PoolByteStream|HTTP11ConnectionByteStream|AsyncHTTP11Connection)"
-    r":pytest.PytestUnraisableExceptionWarning")
+pytestmark = IGNORE_ABANDONED_STREAMS
 
 TOKEN_TTL_S = 1  # etcd's --auth-token-ttl: tokens unused this long expire
 

@@ -9,6 +9,15 @@ def test_defaults_are_the_embedded_single_node():
     assert config.network.advertised == ("127.0.0.1", 9092)
 
 
+def test_workers_auto_is_one_per_core_and_a_worker_knows_its_place():
+    import os
+
+    assert load_config(["--workers", "auto"], {}).network.worker_count == len(os.sched_getaffinity(0))
+    assert not load_config(["--workers", "3"], {}).network.is_worker
+    assert load_config(["--workers", "3", "--worker-slot", "2"], {}).network.is_worker
+    assert load_config(["--workers", "2", "--storage", "s3://bucket/p", "--etcd-endpoints", "http://e:2379"], {})
+
+
 def test_precedence_file_then_env_then_flags(tmp_path):
     path = tmp_path / "k.toml"
     path.write_text('port = 1000\nlinger_ms = 9\nnamespace = "prod"\nfsync = false\n')
@@ -23,6 +32,12 @@ def test_precedence_file_then_env_then_flags(tmp_path):
     (["--log-level", "LOUD"], {}, "must be one of"),
     (["--namespace", "a/b"], {}, "namespace"),
     (["--segment-bytes", "2000", "--max-message-bytes", "5000"], {}, "segment_bytes"),
+    (["--workers", "many"], {}, "workers must be auto or a number"),
+    (["--workers", "0"], {}, "workers must be auto or a number"),
+    (["--workers", "2", "--node-id", "3"], {}, "node_id must be auto"),
+    (["--workers", "2", "--advertised-port", "9000"], {}, "advertised_port"),
+    (["--workers", "2", "--port", "0"], {}, "fixed ports"),
+    (["--workers", "2", "--storage", "s3://bucket/p"], {}, "workers on S3 need etcd"),
 ])
 def test_bad_values_name_the_option(argv, env, message):
     with pytest.raises(ConfigError, match=message):

@@ -1,0 +1,177 @@
+"""``kafscale-gateway --workers N`` on the filesystem, as a user runs it: one listener, one
+broker per worker, partitions spread over them; a worker killed -9 mid-produce loses no
+acknowledged record, and the parent starts it again; SIGTERM stops them all; the data
+directory keeps its topics and belongs to workers from then on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.gateway_process import GatewayProcess
+
+PRODUCER = r"""
+import os, sys, json
+from confluent_kafka import Producer
+bootstrap, out_path = sys.argv[1], sys.argv[2]
+out = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+def report(err, msg):
+    if err is None:
+        os.write(out, (json.dumps([msg.partition(), msg.offset(), msg.value().decode()]) + "\n").encode())
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": 2, "message.timeout.ms": 120000, "topic.metadata.refresh.interval.ms": 1000})
+i = 0
+while True:
+    try:
+        producer.produce("spread", value=f"m-{i}".encode(), on_delivery=report)
+        i += 1
+    except BufferError:
+        producer.poll(0.01)
+    if i % 50 == 0:
+        producer.poll(0.001)
+"""
+
+
+def _workers(gateway: GatewayProcess) -> list[int]:
+    """The worker processes' pids (the parent's children)."""
+    assert gateway.process is not None
+    found = subprocess.run(["pgrep", "-P", str(gateway.process.pid)], capture_output=True, text=True).stdout
+    return sorted(int(pid) for pid in found.split())
+
+
+def _wait_for_brokers(admin: AdminClient, count: int, topic: str | None = None, timeout: float = 60) -> dict:
+    """Metadata once ``count`` brokers answer and every partition of ``topic`` has a live leader."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=10)
+        leaders_live = topic is None or (topic in metadata.topics and all(
+            p.leader in metadata.brokers and p.error is None for p in metadata.topics[topic].partitions.values()))
+        if len(metadata.brokers) == count and leaders_live:
+            return metadata
+        assert time.monotonic() < deadline, f"brokers {sorted(metadata.brokers)}, wanted {count}"
+        time.sleep(0.2)
+
+
+def _acked(path: Path) -> list:
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
+def _stored(bootstrap: str, partitions: int) -> dict:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition("spread", p), timeout=10)[1] for p in range(partitions)}
+    consumer.assign([TopicPartition("spread", p, 0) for p in range(partitions)])
+    stored: dict = {}
+    while len(stored) < sum(ends.values()):
+        message = consumer.poll(10)
+        assert message is not None and not message.error(), message and message.error()
+        stored[(message.partition(), message.offset())] = message.value().decode()
+    consumer.close()
+    return stored
+
+
+def test_workers_share_partitions_and_a_killed_worker_loses_nothing_acknowledged(tmp_path):
+    gateway = GatewayProcess(tmp_path / "data", "--workers", "2", "--lease-ttl-ms", "3000",
+                             "--cluster-refresh-ms", "500").start()
+    producer = None
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        _wait_for_brokers(admin, 2)
+        admin.create_topics([NewTopic("spread", 6, 1)])["spread"].result(20)
+        metadata = _wait_for_brokers(admin, 2, "spread")
+        ports = {broker.port for broker in metadata.brokers.values()}
+        assert len(ports) == 2 and gateway.port not in ports  # each worker advertises its own port
+        assert len({p.leader for p in metadata.topics["spread"].partitions.values()}) == 2  # both lead
+
+        acks = tmp_path / "acks.jsonl"
+        producer = subprocess.Popen([sys.executable, "-c", PRODUCER, gateway.bootstrap, str(acks)])
+        for round_ in range(3):
+            before = len(_acked(acks))
+            deadline = time.monotonic() + 30
+            while len(_acked(acks)) < before + 2000:
+                assert time.monotonic() < deadline, f"round {round_}: acks stalled at {len(_acked(acks))}"
+                time.sleep(0.1)
+            victim = _workers(gateway)[round_ % 2]
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while victim in _workers(gateway) or len(_workers(gateway)) < 2:
+                assert time.monotonic() < deadline, "the parent did not start the killed worker again"
+                time.sleep(0.1)
+            _wait_for_brokers(admin, 2, "spread")
+        before = len(_acked(acks))
+        deadline = time.monotonic() + 60
+        while len(_acked(acks)) < before + 2000:  # producing goes on after the last kill
+            assert time.monotonic() < deadline, "producing did not resume after the last kill"
+            time.sleep(0.1)
+        producer.send_signal(signal.SIGKILL)
+        producer.wait()
+        acked = _acked(acks)
+        stored = _stored(gateway.bootstrap, 6)
+        missing = [value for partition, offset, value in acked if stored.get((partition, offset)) != value]
+        assert not missing, f"{len(missing)} of {len(acked)} acknowledged records are missing, e.g. {missing[:3]}"
+        assert len(set(stored.values())) == len(stored)  # idempotence: nothing twice
+        print(f"{len(acked)} acknowledged, {len(stored)} stored over 3 kills of a worker")
+    finally:
+        if producer is not None and producer.poll() is None:
+            producer.kill()
+        gateway.kill()
+
+
+def test_workers_stop_on_sigterm_keep_their_topics_and_own_their_directory(tmp_path):
+    data = tmp_path / "data"
+    gateway = GatewayProcess(data, "--workers", "2").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        _wait_for_brokers(admin, 2)
+        admin.create_topics([NewTopic("kept", 4, 1)])["kept"].result(20)
+        _wait_for_brokers(admin, 2, "kept")
+
+        second = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2", "--storage", str(data),
+                                 "--port", str(gateway.port + 0), "--http-port", "-1"],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1 and "another kafscale-gateway --workers runs" in second.stderr
+
+        workers = _workers(gateway)
+        assert gateway.stop(signal.SIGTERM, timeout=60) == 0
+        assert all(not Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived its parent's stop"
+
+        lone = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--storage", str(data), "--port", "0",
+                               "--http-port", "-1"], capture_output=True, text=True, timeout=60)
+        assert lone.returncode == 1 and "--workers" in lone.stderr  # a lone gateway would seal the workers' logs
+
+        gateway.start()
+        metadata = _wait_for_brokers(AdminClient({"bootstrap.servers": gateway.bootstrap}), 2, "kept")
+        assert len(metadata.topics["kept"].partitions) == 4
+    finally:
+        gateway.kill()
+
+
+def test_a_worker_that_cannot_start_stops_them_all(tmp_path):
+    """A port another program holds is the user's to fix: the parent exits with the worker's
+    error instead of starting workers again for ever."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    try:
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2",
+                                 "--storage", str(tmp_path / "data"), "--port", str(taken), "--http-port", "-1"],
+                                capture_output=True, text=True, timeout=90)
+    finally:
+        holder.close()
+    assert result.returncode == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{taken}" in result.stderr and "a worker failed to start" in result.stderr
+    assert time.monotonic() - started < 60
+    config_error = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2", "--port", "0",
+                                   "--storage", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert config_error.returncode == 2 and "fixed ports" in config_error.stderr
