@@ -24,6 +24,7 @@ from . import (
     spark_bench,
     transactions_bench,
     wide_bench,
+    workers_bench,
 )
 
 SECTIONS = {
@@ -45,6 +46,7 @@ SECTIONS = {
     "transactions": transactions_bench.run,
     "lfs": lfs_bench.run,
     "shares": share_bench.run,
+    "workers": workers_bench.run,
 }
 
 

@@ -15,7 +15,12 @@ from .config import ConfigError, resolve_config  # noqa: E402
 from .heap import collect_rarely, return_large_buffers  # noqa: E402
 from .logsetup import setup_logging  # noqa: E402
 from .server import StartupError, serve  # noqa: E402
-from .workers.supervisor import WorkersRefused, coordination_directory, supervise  # noqa: E402
+from .workers.supervisor import (  # noqa: E402
+    WorkersRefused,
+    coordination_directory,
+    exit_with_parent,
+    supervise,
+)
 
 
 async def _run(config) -> None:
@@ -28,6 +33,8 @@ async def _run(config) -> None:
                     return
 
         nursery.start_soon(on_signals)
+        if config.network.is_worker:
+            await nursery.start(exit_with_parent, config.network.worker_parent)
         await serve(config, shutdown)
         nursery.cancel_scope.cancel()
 

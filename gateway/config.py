@@ -99,6 +99,8 @@ class NetworkConfig:
                              "worker and listener (0: ports the system picks)", minimum=0, maximum=_PORT_MAX)
     worker_slot: int = _opt(-1, "set by the parent of --workers for each worker process: its place among them "
                             "(-1: not a worker)", minimum=-1, maximum=1023)
+    worker_parent: int = _opt(0, "set by the parent of --workers for each worker process: the parent's pid; "
+                              "a worker exits when the parent is gone", minimum=0)
 
     @property
     def worker_count(self) -> int:

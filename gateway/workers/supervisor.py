@@ -17,7 +17,6 @@ worker, and the parent exits when they have.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import logging
 import os
@@ -36,7 +35,8 @@ from .journal import Journal, JournalUnreadable
 from .kv import KeyValueStore
 from .kv_server import KvServer
 
-__all__ = ["COORDINATION_DIR", "WorkersRefused", "coordination_directory", "serve_coordination", "supervise"]
+__all__ = ["COORDINATION_DIR", "WorkersRefused", "coordination_directory", "exit_with_parent", "serve_coordination",
+           "supervise"]
 
 log = logging.getLogger("kafscale.workers")
 
@@ -55,9 +55,16 @@ def coordination_directory(config: GatewayConfig) -> Path | None:
     return None if directory is None else Path(directory) / COORDINATION_DIR
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no worker outlives its parent's coordination
+async def exit_with_parent(parent_pid: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """In a worker: exit at once when the parent is gone (it was killed): a worker must not
+    outlive the coordination that fences it. (PR_SET_PDEATHSIG would fire when the thread
+    that started the worker ends, not the parent, and trio starts processes from a thread.)
+    What was acknowledged is in the store already."""
+    task_status.started()
+    while os.getppid() == parent_pid:
+        await trio.sleep(0.5)
+    log.error("the workers' parent (pid %d) is gone: exiting", parent_pid)
+    os._exit(1)
 
 
 @contextmanager
@@ -124,8 +131,7 @@ class _Worker:
         pause, first = 0.5, True
         while not stopping.is_set():
             started = trio.current_time()
-            self.process = await trio.lowlevel.open_process(self.command, start_new_session=True,
-                                                            preexec_fn=_die_with_parent)
+            self.process = await trio.lowlevel.open_process(self.command, start_new_session=True)
             code = await self.process.wait()
             if stopping.is_set():
                 return
@@ -153,7 +159,7 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
             if not config.cluster.enabled:
                 assert directory is not None  # config refuses workers on S3 without etcd
                 extra = ["--etcd-endpoints", await nursery.start(serve_coordination, directory)]
-            base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra]
+            base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra, "--worker-parent", str(os.getpid())]
             workers = [_Worker(slot, [*base, "--worker-slot", str(slot)]) for slot in range(count)]
             stopping, failed = trio.Event(), trio.Event()
             log.info("starting %d workers", count)
