@@ -75,7 +75,7 @@ def _check_directory_owner(config) -> None:
     directory = coordination_directory(config)
     if not config.network.is_worker and not config.cluster.enabled and directory is not None and directory.exists():
         raise StartupError(f"{directory.parent} is run by kafscale-gateway --workers (its coordination is in "
-                           f"{directory.name}): start it with --workers N (1 is not enough)")
+                           f"{directory.name}): start it with --workers 2 or more")
 
 
 def _startup_error(exc: BaseException) -> StartupError | None:

@@ -580,6 +580,8 @@ class GatewayConfig:
                               "advertised_listeners cannot be set (advertised_host can)")
         if any(listener.port == 0 for listener in network.kafka_listeners):
             raise ConfigError("workers: the listeners they share need fixed ports, not 0")
+        if self.storage.storage.startswith("memory://"):
+            raise ConfigError("workers cannot share memory://: each process would have a store of its own")
         if not self.cluster.enabled and not network.is_worker and self.storage.on_s3:
             raise ConfigError("workers on S3 need etcd (etcd_endpoints): alone, the workers' coordination is "
                               "kept in a local storage directory")

@@ -135,6 +135,10 @@ class KvServer:
                 if request is None:
                     return
                 path, body = request
+                if not isinstance(body, dict):
+                    await self._send(stream, connection, 400, b'{"error": "the body is not a JSON object", "code": 3}')
+                    connection.start_next_cycle()
+                    continue
                 if path == "/v3/watch":
                     await self._watch(stream, connection, body)
                     return
@@ -142,18 +146,22 @@ class KvServer:
                     status, answer = 200, self.call(path, body)
                 except LeaseNotFound as exc:
                     status, answer = 404, {"error": f"etcdserver: {exc}", "code": 5}
-                except (ValueError, KeyError, TypeError) as exc:
-                    status, answer = 400, {"error": f"bad request: {exc}", "code": 3}
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a body not shaped as etcd's
+                    status, answer = 400, {"error": f"bad request: {exc!r}", "code": 3}
                 await self._send(stream, connection, status, json.dumps(answer).encode())
                 if connection.our_state is h11.MUST_CLOSE:
                     return
                 connection.start_next_cycle()
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError, trio.TooSlowError):
             return
+        except Exception:  # one connection's failure must not end the parent and with it every worker
+            log.exception("coordination: a connection failed")
+            return
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _request(self, stream: trio.abc.Stream, connection: h11.Connection) -> tuple[str, dict] | None:
+    async def _request(self, stream: trio.abc.Stream, connection: h11.Connection) -> tuple[str, object] | None:
+        """The next request's path and JSON body (None when it is not JSON); None at the end."""
         path, chunks, size = "", [], 0
         with trio.fail_after(_IDLE_S):
             while True:
@@ -176,7 +184,7 @@ class KvServer:
                         body = json.loads(b"".join(chunks) or b"{}")
                     except ValueError:
                         body = None
-                    return path, body if isinstance(body, dict) else {}
+                    return path, body
 
     async def _send(self, stream: trio.abc.Stream, connection: h11.Connection, status: int, payload: bytes) -> None:
         headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]

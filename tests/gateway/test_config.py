@@ -38,6 +38,7 @@ def test_precedence_file_then_env_then_flags(tmp_path):
     (["--workers", "2", "--advertised-port", "9000"], {}, "advertised_port"),
     (["--workers", "2", "--port", "0"], {}, "fixed ports"),
     (["--workers", "2", "--storage", "s3://bucket/p"], {}, "workers on S3 need etcd"),
+    (["--workers", "2", "--storage", "memory://"], {}, "cannot share memory"),
 ])
 def test_bad_values_name_the_option(argv, env, message):
     with pytest.raises(ConfigError, match=message):

@@ -215,3 +215,34 @@ async def test_the_socket_is_private(nursery, tmp_path):
     endpoint = await nursery.start(serve_coordination, tmp_path / "coordination")
     directory = os.path.dirname(endpoint[len("unix://"):])
     assert os.stat(directory).st_mode & 0o077 == 0
+
+
+async def test_malformed_calls_are_refused_and_the_store_goes_on(nursery, tmp_path):
+    """Whatever reaches the socket, the parent answers 4xx or closes that connection; it
+    never ends (its end would take every worker along)."""
+    import httpx
+
+    endpoint = await nursery.start(serve_coordination, tmp_path / "coordination")
+    transport = httpx.AsyncHTTPTransport(uds=endpoint[len("unix://"):])
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        bad = [("/v3/kv/txn", b'{"compare": ["not an object"]}'), ("/v3/kv/txn", b'{"success": [{"request_x": {}}]}'),
+               ("/v3/kv/put", b'{"key": "%%%", "value": "x"}'), ("/v3/kv/range", b"not json"),
+               ("/v3/lease/revoke", b'{"ID": "12345"}'), ("/v3/kv/put", b'{"key": "a2V5", "lease": "77"}'),
+               ("/v3/unknown", b"{}")]
+        for path, body in bad:
+            answer = await http.post(path, content=body)
+            assert 400 <= answer.status_code < 500, (path, answer.status_code, answer.text)
+    oversized = await trio.open_unix_socket(endpoint[len("unix://"):])
+    await oversized.send_all(b"POST /v3/kv/put HTTP/1.1\r\nhost: x\r\ncontent-length: 6000000\r\n\r\n")
+    with trio.fail_after(10):  # over the body limit: the connection ends, unanswered
+        with pytest.raises(trio.BrokenResourceError):
+            while True:
+                await oversized.send_all(b"x" * 65536)
+    await oversized.aclose()
+    etcd = EtcdClient([endpoint], 5000)
+    try:
+        await etcd.put("/still", b"serving")
+        found = await etcd.get("/still")
+        assert found is not None and found.value == b"serving"
+    finally:
+        await etcd.aclose()
