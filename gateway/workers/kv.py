@@ -225,6 +225,9 @@ class KeyValueStore:
             self.revoke(lease)
         return ended
 
+    def holds(self, lease: int) -> bool:
+        return lease in self._leases
+
     def next_deadline(self) -> float | None:
         return min((held.deadline for held in self._leases.values()), default=None)
 

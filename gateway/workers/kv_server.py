@@ -4,7 +4,10 @@ gateway whose etcd is its parent: the cluster code, its fencing by leases and it
 apply unchanged. Only the calls :mod:`kafscale.gateway.etcd` makes are served.
 
 One trio task per connection (HTTP/1.1 with keep-alive, h11); a watch streams JSON lines
-until its client goes. Leases are ended on time by :meth:`KvServer.run`.
+until its client goes. Leases are ended on time by :meth:`KvServer.run`, and at once by
+:meth:`KvServer.end_leases_of` when the process that took them is known to be dead: the
+kernel names each unix-socket client's process (SO_PEERCRED), so the parent, seeing a
+worker exit, frees its partitions without waiting for its leases to run out.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import socket
+import struct
 from collections.abc import Callable
 
 import h11
@@ -67,6 +72,7 @@ class KvServer:
         self.kv = kv
         self._clock = clock
         self._changed = trio.Event()  # set (and replaced) at every write: watches look again
+        self._granted_to: dict[int, int] = {}  # lease -> pid of the process that asked for it
         self.requests = 0
 
     def _header(self) -> dict:
@@ -78,8 +84,23 @@ class KvServer:
 
     # -- the calls
 
-    def call(self, path: str, body: dict) -> dict:
-        """One unary call's answer; raises ValueError (400) or LeaseNotFound (404)."""
+    def end_leases_of(self, pid: int) -> int:
+        """Ends every lease the (dead) process ``pid`` took; how many were still held."""
+        ended = 0
+        for lease, holder in list(self._granted_to.items()):
+            if not self.kv.holds(lease):
+                del self._granted_to[lease]  # ended already: forget it
+            elif holder == pid:
+                del self._granted_to[lease]
+                self.kv.revoke(lease)
+                ended += 1
+        if ended:
+            self._wrote()
+        return ended
+
+    def call(self, path: str, body: dict, peer_pid: int = 0) -> dict:
+        """One unary call's answer; raises ValueError (400) or LeaseNotFound (404).
+        ``peer_pid``: the calling process, when the socket tells it (0: unknown)."""
         self.requests += 1
         before = self.kv.revision
         try:
@@ -99,7 +120,10 @@ class KvServer:
                 return {"header": self._header(), "succeeded": held, "responses": [_response(a) for a in answers]}
             if path == "/v3/lease/grant":
                 ttl = max(1, int(body.get("TTL") or 0))
-                return {"header": self._header(), "ID": str(self.kv.grant(ttl, self._clock())), "TTL": str(ttl)}
+                lease = self.kv.grant(ttl, self._clock())
+                if peer_pid:
+                    self._granted_to[lease] = peer_pid
+                return {"header": self._header(), "ID": str(lease), "TTL": str(ttl)}
             if path == "/v3/lease/keepalive":
                 lease = int(body.get("ID") or 0)
                 ttl = self.kv.keepalive(lease, self._clock())
@@ -129,6 +153,7 @@ class KvServer:
 
     async def serve(self, stream: trio.abc.Stream) -> None:
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        peer_pid = _peer_pid(stream)
         try:
             while True:
                 request = await self._request(stream, connection)
@@ -143,7 +168,7 @@ class KvServer:
                     await self._watch(stream, connection, body)
                     return
                 try:
-                    status, answer = 200, self.call(path, body)
+                    status, answer = 200, self.call(path, body, peer_pid)
                 except LeaseNotFound as exc:
                     status, answer = 404, {"error": f"etcdserver: {exc}", "code": 5}
                 except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a body not shaped as etcd's
@@ -226,6 +251,15 @@ class KvServer:
                         if e.entry is None else {"type": "PUT", "kv": _kv(e.key, e.entry)} for e in group]})
                     start = revision + 1
                 await changed.wait()
+
+
+def _peer_pid(stream: trio.abc.Stream) -> int:
+    """The process at the other end of a unix socket (0 for any other stream)."""
+    sock = getattr(stream, "socket", None)
+    if sock is None or sock.family != socket.AF_UNIX:
+        return 0
+    credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", credentials)[0]
 
 
 def _response(answer: list[tuple[bytes, Entry]] | int | None) -> dict:

@@ -23,7 +23,10 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -35,7 +38,7 @@ from .journal import Journal, JournalUnreadable
 from .kv import KeyValueStore
 from .kv_server import KvServer
 
-__all__ = ["COORDINATION_DIR", "WorkersRefused", "coordination_directory", "exit_with_parent", "serve_coordination",
+__all__ = ["COORDINATION_DIR", "Coordination", "WorkersRefused", "coordination_directory", "exit_with_parent", "serve_coordination",
            "supervise"]
 
 log = logging.getLogger("kafscale.workers")
@@ -79,8 +82,18 @@ def _held(directory: Path):
         yield
 
 
+@dataclass(frozen=True)
+class Coordination:
+    """The workers' store as the parent holds it: where workers reach it, and how the parent
+    ends the leases of a worker it saw die."""
+
+    endpoint: str
+    server: KvServer
+
+
 async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """The workers' store, on a unix socket in a private directory; its address is started()."""
+    """The workers' store, on a unix socket in a private directory; started() with its
+    :class:`Coordination`."""
     journal = Journal(directory / "journal")
     try:
         revision, data = journal.load()
@@ -105,7 +118,7 @@ async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNOR
 
             nursery.start_soon(compact)
             nursery.start_soon(trio.serve_listeners, server.serve, [trio.SocketListener(sock)])
-            task_status.started(f"unix://{path}")
+            task_status.started(Coordination(f"unix://{path}", server))
     finally:
         sock.close()
         journal.close()
@@ -117,9 +130,10 @@ async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNOR
 
 
 class _Worker:
-    def __init__(self, slot: int, command: list[str]) -> None:
+    def __init__(self, slot: int, command: list[str], on_exit: Callable[[int], None]) -> None:
         self.slot = slot
         self.command = command
+        self._on_exit = on_exit  # told the pid of each run that ended
         self.process: trio.Process | None = None
         self.failed_start: int | None = None  # exit code of a first start that failed
 
@@ -133,6 +147,7 @@ class _Worker:
             started = trio.current_time()
             self.process = await trio.lowlevel.open_process(self.command, start_new_session=True)
             code = await self.process.wait()
+            self._on_exit(self.process.pid)
             if stopping.is_set():
                 return
             ran_s = trio.current_time() - started
@@ -156,11 +171,14 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
                 (_held(directory) if directory is not None and not config.cluster.enabled else _nothing()):
             extra: list[str] = []
+            on_exit: Callable[[int], None] = _leases_run_out
             if not config.cluster.enabled:
                 assert directory is not None  # config refuses workers on S3 without etcd
-                extra = ["--etcd-endpoints", await nursery.start(serve_coordination, directory)]
+                coordination: Coordination = await nursery.start(serve_coordination, directory)
+                extra = ["--etcd-endpoints", coordination.endpoint]
+                on_exit = partial(_release, coordination.server)
             base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra, "--worker-parent", str(os.getpid())]
-            workers = [_Worker(slot, [*base, "--worker-slot", str(slot)]) for slot in range(count)]
+            workers = [_Worker(slot, [*base, "--worker-slot", str(slot)], on_exit) for slot in range(count)]
             stopping, failed = trio.Event(), trio.Event()
             log.info("starting %d workers", count)
             async with trio.open_nursery() as running:
@@ -194,6 +212,18 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
               file=sys.stderr)
         return codes[0]
     return 0
+
+
+def _leases_run_out(pid: int) -> None:
+    """With a real etcd, a dead worker's leases end when their TTL runs out."""
+
+
+def _release(server: KvServer, pid: int) -> None:
+    """A worker's process is gone (it cannot write any more): its partitions move now, not
+    when its leases would have run out."""
+    ended = server.end_leases_of(pid)
+    if ended:
+        log.info("coordination: ended %d lease(s) of worker process %d, which exited", ended, pid)
 
 
 @contextmanager

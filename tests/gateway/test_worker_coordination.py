@@ -38,7 +38,7 @@ async def client(request, tmp_path, nursery):
             await etcd.aclose()
             server.stop()
         return
-    endpoint = await nursery.start(serve_coordination, tmp_path / "coordination")
+    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination")).endpoint
     etcd = EtcdClient([endpoint], 5000)
     try:
         yield etcd
@@ -212,7 +212,7 @@ def test_journal_with_damage_before_its_end_is_refused(tmp_path):
 
 
 async def test_the_socket_is_private(nursery, tmp_path):
-    endpoint = await nursery.start(serve_coordination, tmp_path / "coordination")
+    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination")).endpoint
     directory = os.path.dirname(endpoint[len("unix://"):])
     assert os.stat(directory).st_mode & 0o077 == 0
 
@@ -222,7 +222,7 @@ async def test_malformed_calls_are_refused_and_the_store_goes_on(nursery, tmp_pa
     never ends (its end would take every worker along)."""
     import httpx
 
-    endpoint = await nursery.start(serve_coordination, tmp_path / "coordination")
+    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination")).endpoint
     transport = httpx.AsyncHTTPTransport(uds=endpoint[len("unix://"):])
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         bad = [("/v3/kv/txn", b'{"compare": ["not an object"]}'), ("/v3/kv/txn", b'{"success": [{"request_x": {}}]}'),
@@ -244,5 +244,22 @@ async def test_malformed_calls_are_refused_and_the_store_goes_on(nursery, tmp_pa
         await etcd.put("/still", b"serving")
         found = await etcd.get("/still")
         assert found is not None and found.value == b"serving"
+    finally:
+        await etcd.aclose()
+
+
+async def test_the_leases_of_a_process_that_exited_end_at_once(nursery, tmp_path):
+    """The store knows which process took each lease (SO_PEERCRED); the parent, seeing a
+    worker exit, ends them without waiting out their TTL. Others' leases stay."""
+    coordination = await nursery.start(serve_coordination, tmp_path / "coordination")
+    etcd = EtcdClient([coordination.endpoint], 5000)
+    try:
+        mine = await etcd.lease_grant(60)
+        await etcd.put("/brokers/0", b"me", mine)
+        assert coordination.server.end_leases_of(os.getpid() + 1) == 0  # another process's: nothing
+        assert await etcd.get("/brokers/0") is not None
+        assert coordination.server.end_leases_of(os.getpid()) == 1
+        assert await etcd.get("/brokers/0") is None
+        assert await etcd.lease_keepalive(mine) == 0
     finally:
         await etcd.aclose()
