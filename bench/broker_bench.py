@@ -85,10 +85,23 @@ class Broker:
                 return float(line.split()[-1])
         return 0.0
 
-    def cpu_seconds(self) -> tuple[float, float]:
-        """(user, system) CPU seconds of the broker process so far."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+    def pids(self) -> list[int]:
+        """The broker's process and its children (a gateway's workers)."""
+        children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout
+        return [self.process.pid, *map(int, children.split())]
+
+    def cpu_seconds(self, pids: list[int] | None = None) -> tuple[float, float]:
+        """(user, system) CPU seconds so far of ``pids`` (default: :meth:`pids`); a process
+        gone meanwhile counts nothing."""
+        user = system = 0.0
+        for pid in self.pids() if pids is None else pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            user += int(fields[11]) / CLK_TCK
+            system += int(fields[12]) / CLK_TCK
+        return user, system
 
     def peak_rss_mib(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():

@@ -59,21 +59,9 @@ print(acked, sum(b.get("req", {}).get("Produce", 0) for b in stats[-1]["brokers"
 """
 
 
-def _processes(broker: Broker) -> list[int]:
-    assert broker.process is not None
-    children = subprocess.run(["pgrep", "-P", str(broker.process.pid)], capture_output=True, text=True).stdout.split()
-    return [broker.process.pid, *map(int, children)]
-
-
-def _cpu(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return total
+def _cpu(broker: Broker, pids: list[int]) -> float:
+    """The gateway's CPU seconds so far: the parent and the workers it had at the start."""
+    return sum(broker.cpu_seconds(pids))
 
 
 def _idle() -> float:
@@ -106,23 +94,23 @@ def _small_requests(broker: Broker) -> dict:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("small", PARTITIONS, 1)])["small"].result(30)
     time.sleep(1)
-    pids = _processes(broker)
-    cpu, idle, started = _cpu(pids), _idle(), time.perf_counter()
+    pids = broker.pids()
+    cpu, idle, started = _cpu(broker, pids), _idle(), time.perf_counter()
     producers = [subprocess.Popen([sys.executable, "-c", SMALL_PRODUCER, broker.bootstrap, "small", str(SECONDS)],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(PRODUCERS)]
     answers = [p.communicate(timeout=SECONDS + 120)[0].split() for p in producers]
     seconds = time.perf_counter() - started
     return {"records": sum(int(a[0]) for a in answers), "requests": sum(int(a[1]) for a in answers),
-            "seconds": seconds, "cpu": _cpu(pids) - cpu,
+            "seconds": seconds, "cpu": _cpu(broker, pids) - cpu,
             "idle": (_idle() - idle) / seconds / (os.cpu_count() or 1)}
 
 
 def _bulk(broker: Broker) -> dict:
-    pids = _processes(broker)
-    cpu, idle = _cpu(pids), _idle()
+    pids = broker.pids()
+    cpu, idle = _cpu(broker, pids), _idle()
     result = _load("produce", broker.bootstrap, "bulk", 1_000_000, 100, 6)
     return {"records": result["messages"], "requests": result["requests"], "seconds": result["seconds"],
-            "cpu": _cpu(pids) - cpu,
+            "cpu": _cpu(broker, pids) - cpu,
             "idle": (_idle() - idle) / result["seconds"] / (os.cpu_count() or 1)}
 
 

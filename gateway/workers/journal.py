@@ -30,6 +30,11 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def _puts(entries: dict[bytes, Entry]) -> dict[str, list]:
+    """Keys and their entries as a line holds them (a lease is never kept)."""
+    return {_b64(k): [_b64(e.value), e.create_revision, e.mod_revision, e.version] for k, e in entries.items()}
+
+
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -68,23 +73,25 @@ class Journal:
             return  # only leased keys changed: they end with the parent anyway
         self._kept.update(kept)
         self._kept.difference_update(removed)
-        puts = {_b64(k): [_b64(e.value), e.create_revision, e.mod_revision, e.version] for k, e in kept.items()}
-        line = (json.dumps({"r": revision, "put": puts, "del": [_b64(k) for k in removed]}, separators=(",", ":")) + "\n").encode()
+        line = (json.dumps({"r": revision, "put": _puts(kept), "del": [_b64(k) for k in removed]},
+                           separators=(",", ":")) + "\n").encode()
         assert self._file is not None, "load() opens the journal"
         self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
         self._size += len(line)
 
-    def maybe_rewrite(self, revision: int, data: list[tuple[bytes, Entry]]) -> None:
-        live = {k: e for k, e in data if not e.lease}
-        if self._size > max(2**20, REWRITE_FACTOR * self._live):
-            self._rewrite(revision, live)
+    @property
+    def needs_rewrite(self) -> bool:
+        """Whether the file has grown well past what is live (checked before the live data is gathered)."""
+        return self._size > max(2**20, REWRITE_FACTOR * self._live)
+
+    def rewrite(self, revision: int, data: list[tuple[bytes, Entry]]) -> None:
+        self._rewrite(revision, {k: e for k, e in data if not e.lease})
 
     def _rewrite(self, revision: int, data: dict[bytes, Entry]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        snapshot = {"r": revision, "put": {_b64(k): [_b64(e.value), e.create_revision, e.mod_revision, e.version]
-                                           for k, e in data.items()}}
+        snapshot = {"r": revision, "put": _puts(data)}
         line = (json.dumps(snapshot, separators=(",", ":")) + "\n").encode()
         staged = self.path.with_name(self.path.name + ".tmp")
         with open(staged, "wb") as out:

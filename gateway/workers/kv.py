@@ -100,7 +100,9 @@ class KeyValueStore:
         self._data: dict[bytes, Entry] = dict(data or {})
         self._keys = sorted(self._data)
         self._leases: dict[int, _Lease] = {}
-        self._lease_ids = itertools.count(revision * 1000 + 1)  # never an id an earlier run gave out
+        # Leases end with the parent; starting past what the last run's revision suggests keeps
+        # a worker of that run still dying from refreshing a new lease that took its id.
+        self._lease_ids = itertools.count(revision * 1000 + 1)
         self._events: deque[Event] = deque(maxlen=history)
         self.compacted = revision  # watches must start after this
         self._on_change = on_change

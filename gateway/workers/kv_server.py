@@ -1,5 +1,5 @@
 """The workers' coordination store served as etcd's JSON gateway (``/v3/kv/*``,
-``/v3/watch``, ``/v3/lease/*``) on a loopback port, so a worker is an ordinary cluster
+``/v3/watch``, ``/v3/lease/*``) on a unix socket, so a worker is an ordinary cluster
 gateway whose etcd is its parent: the cluster code, its fencing by leases and its tests
 apply unchanged. Only the calls :mod:`kafscale.gateway.etcd` makes are served.
 
@@ -73,7 +73,6 @@ class KvServer:
         self._clock = clock
         self._changed = trio.Event()  # set (and replaced) at every write: watches look again
         self._granted_to: dict[int, int] = {}  # lease -> pid of the process that asked for it
-        self.requests = 0
 
     def _header(self) -> dict:
         return {"revision": str(self.kv.revision)}
@@ -101,7 +100,6 @@ class KvServer:
     def call(self, path: str, body: dict, peer_pid: int = 0) -> dict:
         """One unary call's answer; raises ValueError (400) or LeaseNotFound (404).
         ``peer_pid``: the calling process, when the socket tells it (0: unknown)."""
-        self.requests += 1
         before = self.kv.revision
         try:
             if path == "/v3/kv/range":

@@ -24,7 +24,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -114,7 +114,8 @@ async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNOR
             async def compact() -> None:
                 while True:
                     await trio.sleep(10)
-                    journal.maybe_rewrite(kv.revision, kv.items())
+                    if journal.needs_rewrite:
+                        journal.rewrite(kv.revision, kv.items())
 
             nursery.start_soon(compact)
             nursery.start_soon(trio.serve_listeners, server.serve, [trio.SocketListener(sock)])
@@ -122,11 +123,10 @@ async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNOR
     finally:
         sock.close()
         journal.close()
-        for leftover in (path, private):
-            try:
-                os.unlink(leftover) if leftover == path else os.rmdir(leftover)
-            except OSError:
-                pass
+        with suppress(OSError):
+            os.unlink(path)
+        with suppress(OSError):
+            os.rmdir(private)
 
 
 class _Worker:
@@ -169,7 +169,7 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
     directory = coordination_directory(config)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
-                (_held(directory) if directory is not None and not config.cluster.enabled else _nothing()):
+                (_held(directory) if directory is not None and not config.cluster.enabled else nullcontext()):
             extra: list[str] = []
             on_exit: Callable[[int], None] = _leases_run_out
             if not config.cluster.enabled:
@@ -186,19 +186,17 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
                     running.start_soon(worker.keep_running, stopping, failed)
 
                 async def stop_on_signal_or_failure() -> None:
-                    async with trio.open_nursery() as either:
+                    async with trio.open_nursery() as waiting:  # whichever comes first
                         async def on_signal() -> None:
-                            async for _ in signals:
-                                return
+                            await signals.__anext__()
+                            waiting.cancel_scope.cancel()
 
                         async def on_failure() -> None:
                             await failed.wait()
+                            waiting.cancel_scope.cancel()
 
-                        for waiter in (on_signal, on_failure):
-                            async def first(waiter=waiter) -> None:
-                                await waiter()
-                                either.cancel_scope.cancel()
-                            either.start_soon(first)
+                        waiting.start_soon(on_signal)
+                        waiting.start_soon(on_failure)
                     stopping.set()
                     for worker in workers:
                         worker.signal(signal.SIGTERM)
@@ -224,8 +222,3 @@ def _release(server: KvServer, pid: int) -> None:
     ended = server.end_leases_of(pid)
     if ended:
         log.info("coordination: ended %d lease(s) of worker process %d, which exited", ended, pid)
-
-
-@contextmanager
-def _nothing():
-    yield
