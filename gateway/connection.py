@@ -30,6 +30,7 @@ answered, then the connection closes.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -116,6 +117,10 @@ class Connection:
         # of it before the reader next waits.
         self._receive_buffer = receive_buffer
         self._unyielded = 0  # bytes read since the reader last let other tasks run
+        # While the reader waits for the client (:meth:`_client_sends`): since when, and when
+        # a started request must be complete (inf: not waiting, no request started).
+        self._waiting_since = math.inf
+        self._request_deadline = math.inf
 
     def stop_reading(self) -> None:
         """Graceful shutdown: answer what was read, read nothing more."""
@@ -125,6 +130,7 @@ class Connection:
         send_slots, receive_slots = trio.open_memory_channel[_Slot](self.ctx.config.limits.max_inflight_requests)
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch)
                 nursery.start_soon(self._write, receive_slots, nursery.cancel_scope)
                 async with send_slots:
                     with self.reader_scope:
@@ -164,18 +170,32 @@ class Connection:
     async def _client_sends(self, waiting: Callable[[], Awaitable[T]], request_deadline: float | None) -> T:
         """``waiting()``'s result, which waits for the client. A started request must be
         complete by ``request_deadline``; between requests the connection may stay idle for
-        ``connections_max_idle_ms`` while nothing of it is unanswered."""
+        ``connections_max_idle_ms`` while nothing of it is unanswered. :meth:`_watch` holds
+        the reader to that: a wait costs no cancel scope of its own."""
+        self._waiting_since = trio.current_time()
+        self._request_deadline = math.inf if request_deadline is None else request_deadline
+        try:
+            return await waiting()
+        finally:
+            self._waiting_since = math.inf
+
+    async def _watch(self) -> None:
+        """Closes the connection when the client is late while the reader waits for it: a
+        started request not complete by its deadline, or a connection idle (nothing
+        unanswered) for ``connections_max_idle_ms``. It wakes at the next moment either could
+        happen, and at least once per idle or stall period (a deadline set meanwhile is
+        never further away than that)."""
         limits = self.ctx.config.limits
+        idle, stall = limits.connections_max_idle_ms / 1000, limits.connection_stall_ms / 1000
         while True:
-            deadline = request_deadline
-            if deadline is None:
-                deadline = trio.current_time() + limits.connections_max_idle_ms / 1000
-            with trio.CancelScope(deadline=deadline):  # move_on_at, without its generator
-                return await waiting()
-            if request_deadline is not None:
+            now = trio.current_time()
+            if now >= self._request_deadline and self._waiting_since != math.inf:
                 raise _Closing(f"a request not complete {limits.connection_stall_ms} ms after it started")
-            if self.unanswered == 0:
-                raise _Closing(f"idle for {limits.connections_max_idle_ms} ms")
+            if now >= self._waiting_since + idle:
+                if self.unanswered == 0:
+                    raise _Closing(f"idle for {limits.connections_max_idle_ms} ms")
+                self._waiting_since = now  # a long poll is not idle: another period
+            await trio.sleep_until(min(self._request_deadline, self._waiting_since + idle, now + min(idle, stall)))
 
     async def _read(self, send_slots, nursery: trio.Nursery) -> None:
         config = self.ctx.config
@@ -340,17 +360,15 @@ class Connection:
 
     async def _admit(self, handler: Handler, request: Request, memory: RequestMemory) -> _Ordered:
         """An ordered request run until its effects are ordered; what is left, for the writer.
-        One deadline covers both parts."""
+        One deadline covers both parts. No cancel scope here: what an ordered handler does
+        is usually done without awaiting anything, so it bounds what it awaits itself."""
         counted, timed = self.ctx.metrics.request_metrics(handler.api_key.name, request.header.api_version)
         counted.inc()
         started = time.perf_counter()
         deadline = trio.current_time() + self._timeout(handler, request)
         completion: Completion
         try:
-            with trio.CancelScope(deadline=deadline) as scope:  # fail_after, without its generator
-                completion = await handler.handle(RequestContext(self.ctx, self.session, memory), request)
-            if scope.cancelled_caught:
-                raise trio.TooSlowError
+            completion = await handler.handle(RequestContext(self.ctx, self.session, memory, deadline), request)
         except Exception as exc:
             completion = Ready(self._failure(handler, request, exc))
         return _Ordered(handler, request, completion, deadline, started, timed)
@@ -375,9 +393,10 @@ class Connection:
             try:
                 # The handler's own timeout answers first (a JoinGroup's members timed out); this
                 # one, a second later, only if it does not.
-                deadline = trio.current_time() + self._timeout(handler, request) + 1
-                with trio.CancelScope(deadline=deadline) as scope:
-                    body = await handler.handle(RequestContext(self.ctx, self.session, slot.memory), request)
+                deadline = trio.current_time() + self._timeout(handler, request)
+                context = RequestContext(self.ctx, self.session, slot.memory, deadline)
+                with trio.CancelScope(deadline=context.deadline + 1) as scope:
+                    body = await handler.handle(context, request)
                 if scope.cancelled_caught:
                     raise trio.TooSlowError
             except Exception as exc:
@@ -427,6 +446,7 @@ class Connection:
                     slot.payload = None
                     slot.memory.release()
                     self.unanswered -= 1
+        scope.cancel()  # the reader is done and all it read is answered: the watchdog ends too
 
     async def _send(self, frame: list[Buffer]) -> None:
         """Send one response frame (stored batches are not copied on plain TCP). Each send

@@ -50,15 +50,18 @@ class GatewayContext:
 
 class RequestContext:
     """One client request: the gateway's parts, the client's session (every authorization
-    check decides for it) and the memory the request holds."""
+    check decides for it), the memory the request holds and its deadline (trio time: an
+    ordered handler, which the connection runs without a cancel scope of its own, bounds
+    what it awaits by it)."""
 
-    __slots__ = ("gateway", "session", "memory", "access")
+    __slots__ = ("gateway", "session", "memory", "access", "deadline")
 
-    def __init__(self, gateway: GatewayContext, session: Session, memory: RequestMemory) -> None:
+    def __init__(self, gateway: GatewayContext, session: Session, memory: RequestMemory, deadline: float) -> None:
         self.gateway = gateway
         self.session = session
         self.memory = memory
         self.access = ClientAccess(gateway.access, session)
+        self.deadline = deadline
 
     @property
     def config(self) -> GatewayConfig:

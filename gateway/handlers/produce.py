@@ -216,6 +216,48 @@ class _Facts:
 
 
 async def _gather_facts(ctx: RequestContext, body, transaction_version: TxnVersion) -> _Facts:
+    """What each partition's fate depends on. Usually every fact is at hand (the topics exist
+    and are not LFS topics, their logs are loaded, no transaction): nothing is awaited and no
+    deadline needs a cancel scope. Otherwise the awaited checks must end by the request's
+    deadline."""
+    at_hand = _facts_at_hand(ctx, body)
+    if at_hand is not None:
+        return at_hand
+    with trio.CancelScope(deadline=ctx.deadline):  # fail_at, without its generator
+        return await _awaited_facts(ctx, body, transaction_version)
+    raise trio.TooSlowError  # reached only when the deadline cancelled the scope
+
+
+def _facts_at_hand(ctx: RequestContext, body) -> _Facts | None:
+    """The facts when none needs awaiting; ``None`` when one does."""
+    if body.transactional_id is not None:
+        return None
+    topics = ctx.logs.topics()
+    logs: dict[tuple[str, int], PartitionLog | KafkaError] = {}
+    for topic in body.topic_data:
+        info = topics.get(topic.name)
+        if info is None:
+            return None  # created, or refused, by the awaited checks
+        lfs = ctx.logs.policy(info).lfs
+        if lfs.enabled or lfs.require_sdk:
+            return None
+        refusal = _refusal(ctx, topic.name)
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            try:
+                if refusal is not None:
+                    raise refusal
+                found = ctx.logs.current(topic.name, part.index)
+            except KafkaError as exc:
+                logs[key] = exc
+                continue
+            if found is None:
+                return None  # to be loaded
+            logs[key] = found
+    return _Facts(logs, False, {}, {})
+
+
+async def _awaited_facts(ctx: RequestContext, body, transaction_version: TxnVersion) -> _Facts:
     unusable: dict[str, KafkaError] = {}
     for topic in body.topic_data:
         refusal = await _topic_refusal(ctx, topic.name)
@@ -236,14 +278,20 @@ async def _gather_facts(ctx: RequestContext, body, transaction_version: TxnVersi
     return _Facts(logs, transactional_id is not None, verified, await _check_lfs(ctx, body, logs))
 
 
-async def _topic_refusal(ctx: RequestContext, name: str) -> KafkaError | None:
-    """Why a topic may not be written (answered per partition), creating it if it may be."""
+def _refusal(ctx: RequestContext, name: str) -> KafkaError | None:
+    """Why an existing topic may not be written, if it may not."""
     if not ctx.access.allowed_topic(Operation.WRITE, name):
         return KafkaError(ErrorCode.topic_authorization_failed, "WRITE is not allowed")
     if name in INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
         return KafkaError(ErrorCode.invalid_topic_exception, f"{name} is an internal topic: clients cannot write to it")
-    if name in ctx.logs.topics():
-        return None
+    return None
+
+
+async def _topic_refusal(ctx: RequestContext, name: str) -> KafkaError | None:
+    """Why a topic may not be written (answered per partition), creating it if it may be."""
+    refusal = _refusal(ctx, name)
+    if refusal is not None or name in ctx.logs.topics():
+        return refusal
     if not ctx.access.may_create_topic(name):
         return KafkaError(ErrorCode.topic_authorization_failed, "CREATE is not allowed")
     try:

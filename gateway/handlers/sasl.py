@@ -9,6 +9,8 @@ the Kafka protocol: the connection hands them to ``Access.authenticate`` itself.
 
 from __future__ import annotations
 
+import trio
+
 from kafscale.protocol.api_versions import ApiKey
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
@@ -35,7 +37,8 @@ def _authenticate_error(request: Request, code: ErrorCode, message: str | None =
 @register(ApiKey.SASL_AUTHENTICATE, error=_authenticate_error, ordered=True, closes_on_error=True)
 async def handle_sasl_authenticate(ctx: RequestContext, request: Request) -> Ready:
     try:
-        token, lifetime_ms = await ctx.access.authenticate(request.body.auth_bytes)
+        with trio.fail_at(ctx.deadline):  # an ordered handler bounds its own waits
+            token, lifetime_ms = await ctx.access.authenticate(request.body.auth_bytes)
     except KafkaError as exc:  # the authenticator failed the session: answered, then closed
         return Ready(_authenticate_error(request, exc.code, str(exc)))
     return Ready(respond(request, dict(error_code=ErrorCode.none, error_message=None, auth_bytes=token,

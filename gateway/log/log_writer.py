@@ -130,17 +130,22 @@ class LogWriter:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        while True:
-            await self._wake.wait()
-            wait_ms = self.linger_ms or (self.fill_wait_ms if self._arriving_fast() else 0)
-            if wait_ms:
-                with trio.move_on_after(wait_ms / 1000):
-                    await self._full.wait()
-            self._wake, self._full = trio.Event(), trio.Event()
-            self._pending_bytes = 0
-            self._taken_at = trio.current_time()
-            dirty, self._dirty = list(self._dirty), {}
-            with trio.CancelScope(shield=True):  # a write in progress is finished, not abandoned
+        # Shielded while a write is in progress: it is finished, not abandoned. One scope for
+        # the writer's life, not one per object.
+        writing = trio.CancelScope()
+        with writing:
+            while True:
+                writing.shield = False
+                await self._wake.wait()
+                wait_ms = self.linger_ms or (self.fill_wait_ms if self._arriving_fast() else 0)
+                if wait_ms:
+                    with trio.move_on_after(wait_ms / 1000):
+                        await self._full.wait()
+                self._wake, self._full = trio.Event(), trio.Event()
+                self._pending_bytes = 0
+                self._taken_at = trio.current_time()
+                dirty, self._dirty = list(self._dirty), {}
+                writing.shield = True
                 try:
                     await self._flush(dirty)
                 except Exception:  # a bug must fail these requests, not stop the writer

@@ -273,8 +273,9 @@ class LogManager:
             await self.store.delete(item.key)
         return info
 
-    async def get(self, topic: str, partition: int) -> PartitionLog:
-        """The partition's log, recovered from storage on first use."""
+    def _leading(self, topic: str, partition: int) -> tuple[TopicInfo, int]:
+        """The topic, and the leader epoch under which this gateway serves the partition;
+        raises when it does not (unknown, led elsewhere, the store taken over)."""
         info = self.topics().get(topic)
         if info is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"unknown topic {topic!r}")
@@ -285,7 +286,20 @@ class LogManager:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"this gateway does not lead {topic}-{partition}")
         if self.writer.taken_over:  # not loaded again on every request: nothing could be written
             raise KafkaError(ErrorCode.not_leader_or_follower, "a newer run of this gateway took the store over")
-        epoch = leader[1]
+        return info, leader[1]
+
+    def current(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log when it is loaded and current, without awaiting anything;
+        ``None`` when :meth:`get` must load it (again). Raises as :meth:`get` does."""
+        _, epoch = self._leading(topic, partition)
+        existing = self._logs.get((topic, partition))
+        if existing is None or existing.epoch != epoch or existing.fenced:
+            return None
+        return existing
+
+    async def get(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log, recovered from storage on first use."""
+        info, epoch = self._leading(topic, partition)
         key = (topic, partition)
         while True:
             existing = self._logs.get(key)

@@ -94,6 +94,28 @@ async def test_graceful_shutdown_answers_accepted_produce(nursery):
     assert await client.receive() is None  # then the connection is closed
 
 
+async def test_a_produce_whose_partition_never_loads_times_out_and_the_connection_goes_on(nursery, monkeypatch):
+    # The connection runs a Produce's admission without a cancel scope; what the handler
+    # must await (here a partition log that never loads) is bounded by the request's deadline.
+    running, shutdown = await _start(nursery, request_timeout_ms=300)
+
+    async def never_loads(self, topic, partition):
+        await trio.sleep_forever()
+
+    monkeypatch.setattr(type(running.context.logs), "get", never_loads)
+    client = await Client.connect(running.port)
+    with trio.fail_after(10):
+        started = trio.current_time()
+        await client.send(0, 9, _produce("never", build_batch([(None, b"x")])), 1)
+        await client.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 2)
+        _, body = decode_response(0, 9, await client.receive())
+        assert body.responses[0].partition_responses[0].error_code == ErrorCode.request_timed_out
+        assert 0.3 <= trio.current_time() - started < 5
+        _, versions = decode_response(18, 3, await client.receive())  # read after the Produce, in order
+        assert versions.error_code == ErrorCode.none
+    shutdown.set()
+
+
 async def test_oversized_frame_closes_the_connection(nursery):
     running, shutdown = await _start(nursery, max_frame_bytes=1024)
     client = await Client.connect(running.port)

@@ -8,6 +8,7 @@ background work), with the clock the test gives it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,11 +38,11 @@ class DirectGateway:
         self._budget = ByteBudget(gateway.config.limits.max_inflight_bytes)
         self._correlation = 0
 
-    def context(self, principal: str = ANONYMOUS) -> RequestContext:
+    def context(self, principal: str = ANONYMOUS, deadline: float = math.inf) -> RequestContext:
         """A request's context as a connection of ``principal`` would build it."""
         account = self._budget.connection(self.gateway.config.limits.connection_inflight_bytes)
         return RequestContext(self.gateway.context, Session.start(_LISTENER, "127.0.0.1", principal),
-                              RequestMemory(account, 0))
+                              RequestMemory(account, 0), deadline)
 
     async def call(self, api_key: int, version: int, body: Any, principal: str = ANONYMOUS) -> Any:
         """The answer as a client decodes it (kio's response), once complete: encoded and
