@@ -1,0 +1,180 @@
+"""CPU per Produce request, beside Tansu, in one run: what a small request costs the broker.
+
+Loads (confluent-kafka in its own process, acks=all; each message is a Produce request of
+its own):
+
+- 1,000 msgs/s of 100 B to one partition, linger.ms 0, 10 s (bench.load's latency run);
+- 2,400 msgs/s of 100 B spread over 120 partitions, librdkafka's defaults (linger.ms 5), 15 s
+  (bench.load's steady run): librdkafka puts one partition in a request, so nearly every
+  message is one.
+
+Brokers: Kafscale on ``memory://`` and on the filesystem (its default: linger 0, fsync per
+log object), an earlier commit the same way with ``KAFSCALE_BENCH_BASELINE=<ref>``, and Tansu
+0.6 in memory; each a fresh process per load, in alternating rounds (this VM's CPU time moves
+±30 % between rounds). CPU = user and system seconds of the broker's processes during the
+load, less its idle rate, per message.
+
+Then instructions per request, which do not move with the machine: callgrind counts the
+gateway's instructions (memory, linger 0) over 1,000 one-record Produce v9 requests sent one
+at a time by a raw client, after 300 to warm up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import Records
+
+from devkit.ports import free_port
+from kafscale.protocol import build_batch
+from kafscale.protocol.framing import FrameDecoder, encode_frame
+from kafscale.protocol.messages import RequestHeader, decode_response, encode_request
+
+from . import baseline, report
+from .broker_bench import Broker, _load, tansu_binary
+
+ROUNDS = 2
+LOADS = (("1,000 msgs/s, 1 partition, linger 0", ("latency", 1000, 10)),
+         ("2,400 msgs/s, 120 partitions, linger 5", ("steady", 120, 2400, 15, 100)))
+COUNTED, WARM_UP = 1000, 300
+
+
+def _idle_rate(broker: Broker, seconds: float = 2.0) -> float:
+    before = sum(broker.cpu_seconds())
+    time.sleep(seconds)
+    return (sum(broker.cpu_seconds()) - before) / seconds
+
+
+def _measure(broker: Broker, load: tuple) -> dict:
+    """One load on a fresh broker: its CPU per message (user, system, µs) and the ack latency."""
+    with broker:
+        time.sleep(1.0)
+        idle = _idle_rate(broker)
+        mode, *args = load
+        user0, system0 = broker.cpu_seconds()
+        started = time.monotonic()
+        measured = _load(mode, broker.bootstrap, f"requests-{mode}", *args)
+        elapsed = time.monotonic() - started
+        user1, system1 = broker.cpu_seconds()
+    messages = measured.get("samples") or measured["messages"]
+    idle_share = idle * elapsed / max(user1 - user0 + system1 - system0, 1e-9)  # the idle CPU, split pro rata
+    per = lambda seconds: seconds * (1 - idle_share) / messages * 1e6  # noqa: E731
+    return {"messages": messages, "seconds": elapsed, "user_us": per(user1 - user0),
+            "system_us": per(system1 - system0), "p50_ms": measured["p50_ms"], "p99_ms": measured["p99_ms"]}
+
+
+def _request_frame() -> bytes:
+    body = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=(
+        TopicProduceData(name="counted", partition_data=(
+            PartitionProduceData(index=0, records=Records(build_batch([(None, b"x" * 100)]))),)),))
+    return encode_frame(encode_request(RequestHeader(0, 9, 0, "bench"), body))
+
+
+async def _one_at_a_time(port: int, frame: bytes, count: int) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    decoder = FrameDecoder()
+    async with stream:
+        for _ in range(count):
+            await stream.send_all(frame)
+            while (payload := decoder.next_frame()) is None:
+                data = await stream.receive_some(1 << 16)
+                if not data:
+                    raise RuntimeError("the gateway closed the connection")
+                decoder.feed(data)
+            _, body = decode_response(0, 9, payload)
+            if body.responses[0].partition_responses[0].error_code != 0:
+                raise RuntimeError(f"produce failed: {body}")
+
+
+def _instructions(command: list[str], env: dict | None, workdir: Path) -> float | None:
+    """Instructions the gateway executes per one-record Produce request (memory, linger 0)."""
+    if shutil.which("valgrind") is None:
+        return None
+    out = Path(tempfile.mkdtemp(dir=workdir)) / "callgrind.out"
+    port = free_port()
+    gateway = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                                *command, "--port", str(port), "--http-port", "-1", "--storage", "memory://",
+                                "--linger-ms", "0", "--log-level", "WARNING"], cwd=out.parent, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        frame = _request_frame()
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                trio.run(_one_at_a_time, port, frame, WARM_UP)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
+        trio.run(_one_at_a_time, port, frame, COUNTED)
+        subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
+    finally:
+        gateway.terminate()
+        gateway.wait()
+    totals = [int(line.split()[1]) for path in glob.glob(f"{out}*") for line in open(path)
+              if line.startswith("totals:")]
+    return max(totals) / COUNTED if totals else None
+
+
+def run() -> None:
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        brokers = []
+        versions = baseline.versions(report.commit())
+        for name, command, env in versions:
+            for store in ("memory", "filesystem"):
+                def kafscale(name=name, command=command, env=env, store=store) -> Broker:
+                    port, http_port = free_port(), free_port()
+                    storage = "memory://" if store == "memory" else tempfile.mkdtemp(dir=workdir)
+                    return Broker(f"{name} {store}", [*command, "--port", str(port), "--http-port", str(http_port),
+                                                      "--storage", storage, "--log-level", "WARNING"],
+                                  port, workdir, http_port, env)
+                brokers.append((f"{name} {store}", kafscale))
+        tansu = tansu_binary()
+        if tansu is not None:
+            def peer(binary: Path = tansu) -> Broker:
+                port = free_port()
+                url = f"tcp://127.0.0.1:{port}"
+                return Broker("tansu", [str(binary), "broker", "--listener-url", url, "--advertised-listener-url",
+                                        url], port, workdir)
+            brokers.append(("tansu 0.6 memory", peer))
+        results: dict[tuple[str, str], list[dict]] = {}
+        for round_number in range(ROUNDS):
+            for label, load in LOADS:
+                for name, make in brokers:
+                    measured = _measure(make(), load)
+                    results.setdefault((name, label), []).append(measured)
+                    print(f"round {round_number + 1}: {name}, {label}: {measured['user_us']:.0f} + "
+                          f"{measured['system_us']:.0f} µs, ack p99 {measured['p99_ms']:.1f} ms", flush=True)
+        for (name, label), runs in results.items():
+            total = [r["user_us"] + r["system_us"] for r in runs]
+            rows.append([name, label, " / ".join(f"{t:.0f}" for t in total) + f" (median {statistics.median(total):.0f})",
+                         " / ".join(f"{r['user_us']:.0f} + {r['system_us']:.0f}" for r in runs),
+                         " / ".join(f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}" for r in runs), ""])
+        for name, command, env in versions:
+            instructions = _instructions(command, env, workdir)
+            if instructions is not None:
+                rows.append([f"{name} memory", f"{COUNTED:,} one-record requests one at a time, linger 0 (callgrind)",
+                             "", "", "", f"{instructions:,.0f}"])
+                print(f"{name}: {instructions:,.0f} instructions per request", flush=True)
+    report.save(
+        "22-requests",
+        "CPU per Produce request, beside Tansu",
+        "KAFSCALE_BENCH_BASELINE=<ref> python -m bench requests",
+        __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+        ["broker", "load", "CPU µs per request, each round", "user + system µs", "ack p50 / p99 ms",
+         "instructions per request"],
+        rows)
