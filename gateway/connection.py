@@ -113,6 +113,11 @@ class Connection:
         self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
         # The socket under a plain TCP stream, which large request bodies are received from directly.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._fd = self._socket.fileno() if self._socket is not None else -1  # closed only once serve ends
+        # The TCP socket ACKed at once after each read (under TLS, the one beneath it).
+        transport = getattr(stream, "transport_stream", stream)
+        self._quickack = (transport.socket, _TCP_QUICKACK) if _TCP_QUICKACK is not None and isinstance(
+            transport, trio.SocketStream) else None
         # Shared by the connections of this thread (idle ones hold none): a read is copied out
         # of it before the reader next waits.
         self._receive_buffer = receive_buffer
@@ -159,7 +164,7 @@ class Connection:
         assert self._socket is not None
         while True:
             try:
-                count = os.readv(self._socket.fileno(), (view,))
+                count = os.readv(self._fd, (view,))
             except BlockingIOError:
                 await self._client_sends(partial(trio.lowlevel.wait_readable, self._socket), request_deadline)
                 continue
@@ -326,10 +331,10 @@ class Connection:
         back until the previous one is ACKed; with delayed ACKs that serialises a
         connection's requests behind each flush, defeating group commit.
         """
-        transport = getattr(self.stream, "transport_stream", self.stream)  # under TLS, the TCP stream
-        if _TCP_QUICKACK is not None and isinstance(transport, trio.SocketStream):
+        if self._quickack is not None:
+            tcp, option = self._quickack
             try:
-                transport.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+                tcp.setsockopt(socket.IPPROTO_TCP, option, 1)
             except OSError:
                 pass
 
@@ -459,11 +464,10 @@ class Connection:
         # Written to the socket at once (an answer usually fits its send buffer); the loop is
         # waited on only when the client's window is full. writev is sendmsg without its
         # flags, and a trio socket's sendmsg would add two scheduler trips per answer.
-        fd = self._socket.fileno()
         unsent = deque(memoryview(piece) for piece in frame if len(piece))  # writev of nothing writes 0
         while unsent:
             try:
-                sent = os.writev(fd, list(islice(unsent, _IOV_MAX)))
+                sent = os.writev(self._fd, list(islice(unsent, _IOV_MAX)))
             except BlockingIOError:
                 await self._within_stall(trio.lowlevel.wait_writable(self._socket))
                 continue
