@@ -3,11 +3,12 @@
 The reader starts a task per request, except for an ordered handler such as
 Produce, which it runs itself up to the point where its effects are ordered
 (offsets assigned, so one connection's appends keep their order); it may read
-ahead up to ``max_inflight_requests``. The writer sends each response as soon
-as it and all earlier ones are ready, and finishes an ordered request itself
-when its turn comes (a Produce's answer once its flush is done): a Produce
-costs no task of its own. Both live in the connection's own nursery; a protocol
-violation closes the connection and nothing else.
+ahead up to ``max_inflight_requests``. Each answer is sent as soon as it and all
+earlier ones are ready, from the task that made it ready (:mod:`.answers`): a
+Produce costs no task of its own, and its answer goes out as the log writer
+completes its flush. The reader, the answers' writer task and a watchdog live in
+the connection's own nursery; a protocol violation closes the connection and
+nothing else.
 
 Memory: a frame's bytes are reserved from the connection's budget as soon as
 its size prefix is read, before the body is buffered; responses are charged
@@ -34,18 +35,16 @@ import math
 import os
 import socket
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
-from itertools import islice
 from typing import TypeVar
 
 import trio
 
 from kafscale.protocol.errors import ErrorCode, KafkaError
 from kafscale.protocol.messages import Request
-from kafscale.protocol.response_fields import Buffer
 
+from .answers import Answers, Ordered, Slot, Stalled
 from .budget import ByteBudget, RequestMemory
 from .context import GatewayContext, RequestContext
 from .failures import FAILURES, code_of
@@ -53,44 +52,17 @@ from .handlers import Handler
 from .handlers.base import Completion, Ready
 from .log_limits import PerSourceLog
 from .security.session import Session
-from .wire import Answer, KafkaWire, RawToken, Violation, frame_response, frame_token
+from .wire import Answer, KafkaWire, RawToken, Violation, frame_token
 
 __all__ = ["Connection"]
 
 log = logging.getLogger("kafscale.connection")
 
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
-_SEND_CHUNK = 1 << 20  # under TLS a response goes out in pieces this large, each under the stall timeout
-_IOV_MAX = 1024  # buffers one sendmsg may take (Linux's UIO_MAXIOV)
 _DIRECT_MIN = 64 * 1024  # smaller frames come buffered, several per receive
 RECEIVE_BUFFER_BYTES = 64 * 1024  # what one read of a plain TCP socket takes when no large body is pending
 _YIELD_BYTES = 1 << 20  # the reader lets other tasks run at least once per this much read
 T = TypeVar("T")
-
-
-class _Ordered:
-    """An ordered request, run by the reader until its effects were ordered; the writer
-    finishes it."""
-
-    __slots__ = ("handler", "request", "completion", "deadline", "started", "timed")
-
-    def __init__(self, handler: Handler, request: Request, completion: Completion, deadline: float,
-                 started: float, timed) -> None:
-        self.handler, self.request, self.completion = handler, request, completion
-        self.deadline, self.started, self.timed = deadline, started, timed
-
-
-class _Slot:
-    """A request's place in the order of answers."""
-
-    __slots__ = ("memory", "payload", "done", "close_after", "ordered")
-
-    def __init__(self, memory: RequestMemory) -> None:
-        self.memory = memory
-        self.payload: list[Buffer] | None = None  # the answer's frame, in pieces sent in order
-        self.done = trio.Event()  # set when a task's answer is ready (the writer finishes an ordered one)
-        self.close_after = False
-        self.ordered: _Ordered | None = None
 
 
 class _Closing(Exception):
@@ -110,7 +82,11 @@ class Connection:
         self.unauthenticated_account = unauthenticated.connection(ctx.config.limits.sasl_max_receive_bytes + 2 * 65536)
         self.peer = peer
         self.reader_scope = trio.CancelScope()
-        self.unanswered = 0  # requests read and not yet answered (0: the connection is idle)
+        limits = ctx.config.limits
+        self.answers = Answers(stream, limits.max_inflight_requests, limits.connection_stall_ms, self._failure,
+                               ctx.metrics, peer)
+        self.answers.on_deadline = self._answer_due
+        self._watch_sleep = trio.CancelScope()  # the watchdog's current sleep (its deadline: when it wakes)
         # The socket under a plain TCP stream, which large request bodies are received from directly.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._fd = self._socket.fileno() if self._socket is not None else -1  # closed only once serve ends
@@ -132,22 +108,29 @@ class Connection:
         self.reader_scope.cancel()
 
     async def serve(self) -> None:
-        send_slots, receive_slots = trio.open_memory_channel[_Slot](self.ctx.config.limits.max_inflight_requests)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch)
-                nursery.start_soon(self._write, receive_slots, nursery.cancel_scope)
-                async with send_slots:
+                nursery.start_soon(self._write, nursery.cancel_scope)
+                try:
                     with self.reader_scope:
-                        await self._read(send_slots, nursery)
+                        await self._read(nursery)
+                finally:
+                    self.answers.finish_reading()
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away
-        except* _Closing as group:
+        except* (_Closing, Stalled) as group:
             log.info("closing connection from %s: %s", self.peer, group.exceptions[0])
         finally:
             self.account.close()  # every byte this connection held, wherever it stopped
             self.unauthenticated_account.close()
             await trio.aclose_forcefully(self.stream)
+
+    async def _write(self, scope: trio.CancelScope) -> None:
+        """The answers that must wait; once all are sent (or one closes the connection), the
+        connection ends, its watchdog too."""
+        await self.answers.run()
+        scope.cancel()
 
     async def _receive(self, request_deadline: float | None) -> bytes:
         """The next bytes from a TLS stream (it decrypts in chunks); b"" when the client closed
@@ -185,11 +168,13 @@ class Connection:
             self._waiting_since = math.inf
 
     async def _watch(self) -> None:
-        """Closes the connection when the client is late while the reader waits for it: a
-        started request not complete by its deadline, or a connection idle (nothing
-        unanswered) for ``connections_max_idle_ms``. It wakes at the next moment either could
-        happen, and at least once per idle or stall period (a deadline set meanwhile is
-        never further away than that)."""
+        """Holds the client and the answers to their deadlines: closes the connection when
+        the client is late while the reader waits for it (a started request not complete by
+        its deadline, or the connection idle, nothing unanswered, for
+        ``connections_max_idle_ms``), and hands an answer not ready by its deadline to the
+        writer task, which answers it as timed out. It sleeps until the next moment one of
+        them could happen, and at most an idle or stall period (a request deadline set
+        meanwhile is never further away than that; an answer's earlier one wakes it)."""
         limits = self.ctx.config.limits
         idle, stall = limits.connections_max_idle_ms / 1000, limits.connection_stall_ms / 1000
         while True:
@@ -197,12 +182,22 @@ class Connection:
             if now >= self._request_deadline and self._waiting_since != math.inf:
                 raise _Closing(f"a request not complete {limits.connection_stall_ms} ms after it started")
             if now >= self._waiting_since + idle:
-                if self.unanswered == 0:
+                if self.answers.unanswered == 0:
                     raise _Closing(f"idle for {limits.connections_max_idle_ms} ms")
                 self._waiting_since = now  # a long poll is not idle: another period
-            await trio.sleep_until(min(self._request_deadline, self._waiting_since + idle, now + min(idle, stall)))
+            if now >= self.answers.head_deadline():
+                self.answers.overdue()
+            wake_at = min(self._request_deadline, self._waiting_since + idle, self.answers.head_deadline(),
+                          now + min(idle, stall))
+            with trio.CancelScope(deadline=wake_at) as self._watch_sleep:
+                await trio.sleep_forever()
 
-    async def _read(self, send_slots, nursery: trio.Nursery) -> None:
+    def _answer_due(self, deadline: float) -> None:
+        """The answer at the head must be ready by ``deadline``: the watchdog wakes by then."""
+        if deadline < self._watch_sleep.deadline:
+            self._watch_sleep.deadline = deadline
+
+    async def _read(self, nursery: trio.Nursery) -> None:
         config = self.ctx.config
         wire = KafkaWire(self.session, config.limits.max_frame_bytes, config.limits.sasl_max_receive_bytes)
         while True:
@@ -213,25 +208,26 @@ class Connection:
                 self._violation(assembled.reason)
                 return
             frame, memory = assembled
-            slot = _Slot(memory)
             event = wire.event_for(frame, trio.current_time())
             del frame
             if isinstance(event, Violation):
                 self._violation(event.reason)
                 return
             if isinstance(event, RawToken):
-                await self._raw_token(event.token, slot, send_slots)
+                await self._raw_token(event.token, Slot(memory))
                 if self.session.closing:
                     return
                 continue
             if isinstance(event, Answer):
+                slot = Slot(memory)
                 slot.payload = event.frame
                 slot.memory.settle(sum(len(piece) for piece in event.frame))
-                slot.done.set()
-                await self._queue(send_slots, slot)
+                slot.ready = True
+                await self.answers.queue(slot)
                 continue
             if not event.handler.ordered:
-                await self._queue(send_slots, slot)
+                slot = Slot(memory)
+                await self.answers.queue(slot)
                 # The next request is read once this one's task has started: what a handler does
                 # before its first wait (an OffsetCommit's offsets taken) follows the order of the
                 # requests, as on a Kafka broker. An event, not nursery.start, which builds a
@@ -243,8 +239,7 @@ class Connection:
             # Run here: the next request is read once this one's effects are ordered. Shutdown
             # may cancel it meanwhile (a delayed authentication failure): it then had no effect,
             # and is not answered.
-            slot.ordered = await self._admit(event.handler, event.request, slot.memory)
-            await self._queue(send_slots, slot)
+            await self.answers.queue(Slot(memory, await self._admit(event.handler, event.request, memory)))
             if self.session.closing:
                 return  # answered (authentication failed); read nothing more
 
@@ -301,7 +296,7 @@ class Connection:
                 self._unyielded = 0
                 await trio.lowlevel.checkpoint()
 
-    async def _raw_token(self, token: bytes, slot: _Slot, send_slots) -> None:
+    async def _raw_token(self, token: bytes, slot: Slot) -> None:
         """A SASL token after SaslHandshake v0: answered with the bare server token; a
         failure closes the connection without an answer (as Kafka does for v0)."""
         try:
@@ -311,18 +306,8 @@ class Connection:
             return
         slot.payload = frame_token(answer)
         slot.memory.settle(4 + len(answer))
-        slot.done.set()
-        await self._queue(send_slots, slot)
-
-    async def _queue(self, send_slots, slot: _Slot) -> None:
-        """The slot to the writer, in request order. Without a trip through the scheduler while
-        the writer has room: the reader goes on with what the client sent, the writer answers
-        it once the reader waits (at most ``max_inflight_requests`` queued meanwhile)."""
-        self.unanswered += 1
-        try:
-            send_slots.send_nowait(slot)
-        except trio.WouldBlock:
-            await send_slots.send(slot)
+        slot.ready = True
+        await self.answers.queue(slot)
 
     def _ack_now(self) -> None:
         """ACK what we just read instead of delaying it until the response.
@@ -363,8 +348,8 @@ class Connection:
         limit = self.ctx.config.limits.request_timeout_ms / 1000
         return handler.timeout(request, limit) if handler.timeout else limit
 
-    async def _admit(self, handler: Handler, request: Request, memory: RequestMemory) -> _Ordered:
-        """An ordered request run until its effects are ordered; what is left, for the writer.
+    async def _admit(self, handler: Handler, request: Request, memory: RequestMemory) -> Ordered:
+        """An ordered request run until its effects are ordered; what is left, for the answers.
         One deadline covers both parts. No cancel scope here: what an ordered handler does
         is usually done without awaiting anything, so it bounds what it awaits itself."""
         counted, timed = self.ctx.metrics.request_metrics(handler.api_key.name, request.header.api_version)
@@ -376,18 +361,9 @@ class Connection:
             completion = await handler.handle(RequestContext(self.ctx, self.session, memory, deadline), request)
         except Exception as exc:
             completion = Ready(self._failure(handler, request, exc))
-        return _Ordered(handler, request, completion, deadline, started, timed)
+        return Ordered(handler, request, completion, deadline, started, timed)
 
-    async def _complete(self, slot: _Slot, ordered: _Ordered) -> None:
-        """The writer's part of an ordered request: its answer, when its effects are done."""
-        try:
-            body = await ordered.completion.answer(ordered.deadline)
-        except Exception as exc:
-            body = self._failure(ordered.handler, ordered.request, exc)
-        await self._encode(slot, ordered.handler, ordered.request, body)
-        ordered.timed.observe(time.perf_counter() - ordered.started)
-
-    async def _handle(self, handler: Handler, request: Request, slot: _Slot, running: trio.Event) -> None:
+    async def _handle(self, handler: Handler, request: Request, slot: Slot, running: trio.Event) -> None:
         """A request in a task of its own; ``running`` is set as it starts (the reader goes on
         once this task first waits)."""
         running.set()
@@ -406,121 +382,9 @@ class Connection:
                     raise trio.TooSlowError
             except Exception as exc:
                 body = self._failure(handler, request, exc)
-            await self._encode(slot, handler, request, body)
+            await self.answers.encode(slot, handler, request, body)
             timed.observe(time.perf_counter() - started)
         finally:
-            # Even when cancelled (at the end of the grace period), or the writer would wait
-            # for this answer.
-            slot.done.set()
+            if not slot.ready:  # cancelled (at the end of the grace period): answered with nothing
+                self.answers.ready(slot)
 
-    async def _encode(self, slot: _Slot, handler: Handler, request: Request, body) -> None:
-        """The slot's payload: ``body`` encoded (nothing for ``None``), its memory settled."""
-        try:
-            if body is None:
-                slot.payload = None
-            elif handler.large_answers:
-                slot.payload = await trio.to_thread.run_sync(frame_response, request.header, body)
-            else:
-                slot.payload = frame_response(request.header, body)
-            del body
-            if slot.payload is not None:
-                slot.memory.settle(sum(len(piece) for piece in slot.payload))
-        except Exception:
-            api = handler.api_key.name
-            log.exception("encoding the %s response for %s failed; closing", api, self.peer)
-            self.ctx.metrics.request_errors.labels(api).inc()
-            slot.close_after = True
-
-    async def _write(self, receive_slots, scope: trio.CancelScope) -> None:
-        async with receive_slots:
-            while (slot := await _next_slot(receive_slots)) is not None:
-                try:
-                    if slot.ordered is not None:
-                        await self._complete(slot, slot.ordered)
-                    else:
-                        await slot.done.wait()
-                    if slot.close_after:
-                        scope.cancel()
-                        return
-                    if slot.payload is not None:
-                        await self._send(slot.payload)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    scope.cancel()
-                    return
-                finally:
-                    slot.payload = None
-                    slot.memory.release()
-                    self.unanswered -= 1
-        scope.cancel()  # the reader is done and all it read is answered: the watchdog ends too
-
-    async def _send(self, frame: list[Buffer]) -> None:
-        """Send one response frame (stored batches are not copied on plain TCP). Each send
-        must make progress within the stall timeout, so a client that stops reading is found
-        out."""
-        if self._socket is None:  # TLS encrypts what it is given anyway: a few large sends
-            for chunk in _chunks(frame, _SEND_CHUNK):
-                await self._within_stall(self.stream.send_all(chunk))
-            return
-        # Written to the socket at once (an answer usually fits its send buffer); the loop is
-        # waited on only when the client's window is full. writev is sendmsg without its
-        # flags, and a trio socket's sendmsg would add two scheduler trips per answer.
-        unsent = deque(memoryview(piece) for piece in frame if len(piece))  # writev of nothing writes 0
-        while unsent:
-            try:
-                sent = os.writev(self._fd, list(islice(unsent, _IOV_MAX)))
-            except BlockingIOError:
-                await self._within_stall(trio.lowlevel.wait_writable(self._socket))
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError from exc  # the client reset the connection
-            while sent:
-                head = unsent[0]
-                if len(head) > sent:
-                    unsent[0] = head[sent:]
-                    break
-                sent -= len(head)
-                unsent.popleft()
-
-    async def _within_stall(self, sending: Awaitable[T]) -> T:
-        """``sending``'s result, if it makes progress within the stall timeout."""
-        stall_ms = self.ctx.config.limits.connection_stall_ms
-        with trio.CancelScope(deadline=trio.current_time() + stall_ms / 1000):
-            return await sending
-        raise _Closing(f"the client took none of a response for {stall_ms} ms")
-
-
-async def _next_slot(receive_slots) -> _Slot | None:
-    """The next slot to answer (``None`` once the reader is done): one waiting already is
-    taken without a trip through the scheduler (the writer answers at most
-    ``max_inflight_requests`` before the reader runs again)."""
-    try:
-        return receive_slots.receive_nowait()
-    except trio.WouldBlock:
-        try:
-            return await receive_slots.receive()
-        except trio.EndOfChannel:
-            return None
-    except trio.EndOfChannel:
-        return None
-
-
-def _chunks(pieces: list[Buffer], size: int) -> Iterator[Buffer]:
-    """``pieces`` regrouped into buffers of at most ``size`` bytes: small ones joined,
-    large ones sliced."""
-    gathered = bytearray()
-    for piece in pieces:
-        view = memoryview(piece)
-        if len(gathered) + len(view) <= size:
-            gathered += view
-            continue
-        if gathered:
-            yield bytes(gathered)
-            gathered.clear()
-        for start in range(0, len(view), size):
-            part = view[start:start + size]
-            if len(part) == size:
-                yield part
-            else:
-                gathered += part
-    if gathered:
-        yield bytes(gathered)

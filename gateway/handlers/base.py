@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
 import trio
@@ -20,20 +21,37 @@ from kafscale.protocol.messages import Request, response_class
 from ..context import RequestContext
 from ..log import PartitionLog
 
-__all__ = ["Handler", "Completion", "Ready", "REGISTRY", "register", "respond", "advertised_versions",
+__all__ = ["Handler", "Completion", "Ready", "Settled", "REGISTRY", "register", "respond", "advertised_versions",
            "check_leader_epoch", "leader_hint", "wait_for_appends"]
 
 HandleFn = Callable[..., Awaitable[Any]]
 ErrorFn = Callable[[Request, ErrorCode], Any]
 
 
+class Settled(Enum):
+    """Whether a completion's answer can be built without awaiting anything."""
+
+    NOW = "now"  # answer_now() builds it
+    LATER = "later"  # not yet: the callback given to settle() is called when that may have changed
+    BY_AWAITING = "by awaiting"  # only answer() builds it (it awaits more than flushes)
+
+
 class Completion(Protocol):
-    """What an ordered handler leaves once its effects are ordered: the rest of the request,
-    which the connection's writer awaits when the request's turn to be answered comes."""
+    """What an ordered handler leaves once its effects are ordered: the rest of the request.
+    The connection answers it when its turn comes and :meth:`settle` says it can, from
+    whichever task makes it so (a Produce's, the log writer's as its flush completes);
+    otherwise its writer awaits :meth:`answer`."""
+
+    def settle(self, then: Callable[[], None]) -> Settled:
+        """Whether :meth:`answer_now` can build the answer; for ``LATER``, ``then`` is called
+        (once, from another task, without raising) when that may have changed."""
+
+    def answer_now(self) -> Any:
+        """The response body (``None``: nothing is sent), once :meth:`settle` said ``NOW``."""
 
     async def answer(self, deadline: float) -> Any:
-        """The response body (``None``: nothing is sent), by ``deadline`` (trio time): what is
-        not done by then is answered as timed out."""
+        """The response body, by ``deadline`` (trio time): what is not done by then is
+        answered as timed out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +59,12 @@ class Ready:
     """A completion whose answer is already known."""
 
     body: Any
+
+    def settle(self, then: Callable[[], None]) -> Settled:
+        return Settled.NOW
+
+    def answer_now(self) -> Any:
+        return self.body
 
     async def answer(self, deadline: float) -> Any:
         return self.body

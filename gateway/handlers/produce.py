@@ -4,8 +4,9 @@ answer once the group-committed flush is durable (acks 1 / -1) or at once (acks 
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass
+from uuid import UUID
 
 import trio
 
@@ -30,7 +31,7 @@ from ..lfs import LfsRecordsRefused
 from ..log import INTERNAL_TOPICS, FlushTicket, PartitionLog
 from ..security.acl import Operation, ResourceType
 from ..topic_configs import TopicPolicy
-from .base import Completion, Ready, leader_hint, register
+from .base import Completion, Ready, Settled, leader_hint, register
 from .transactional_produce import VerifiedBatch, verify_transaction
 from .transactions import version_of
 
@@ -139,11 +140,19 @@ class _NamedRequest:
 @dataclass(frozen=True, slots=True)
 class _AnsweredById:
     completion: Completion
-    ids: dict[str, object]
+    ids: dict[str, UUID | None]
     unknown: list[ProduceTopic]
 
+    def settle(self, then: Callable[[], None]) -> Settled:
+        return self.completion.settle(then)
+
+    def answer_now(self) -> ProduceAnswer | None:
+        return self._by_id(self.completion.answer_now())
+
     async def answer(self, deadline: float) -> ProduceAnswer | None:
-        answer = await self.completion.answer(deadline)
+        return self._by_id(await self.completion.answer(deadline))
+
+    def _by_id(self, answer: ProduceAnswer | None) -> ProduceAnswer | None:
         if answer is None:
             return None
         for topic in answer.topics:
@@ -388,40 +397,57 @@ class _Wait:
 
 @dataclass(slots=True)
 class _Flushes:
-    """A Produce request's answer, once the flushes of its appends are done."""
+    """A Produce request's answer, once the flushes of its appends are done.
+
+    acks=0 waits too, without answering: the request keeps its bytes in the memory budget
+    until its flush is done, so a client producing with acks=0 faster than the store writes
+    is held back instead of filling the partition buffers."""
 
     ctx: RequestContext
     request: Request
     results: dict[tuple[str, int], ProducePartition]  # partitions answered already (refused)
     waits: list[_Wait]
 
+    def settle(self, then: Callable[[], None]) -> Settled:
+        if self.request.body.transactional_id is not None:
+            return Settled.BY_AWAITING  # its transaction's state is stored before the answer
+        for wait in self.waits:
+            if not wait.ticket.done:
+                wait.ticket.then(then)
+                return Settled.LATER
+        return Settled.NOW
+
+    def answer_now(self) -> ProduceAnswer | None:
+        # Most tickets of a request complete in the same flush: once one is done the others
+        # usually are too, and nothing is awaited (a request can name hundreds of partitions).
+        for wait in self.waits:
+            self._record(wait)
+        return self._answer()
+
     async def answer(self, deadline: float) -> ProduceAnswer | None:
-        # acks=0 waits too, without answering: the request keeps its bytes in the memory budget
-        # until its flush is done, so a client producing with acks=0 faster than the store
-        # writes is held back instead of filling the partition buffers.
-        body, results = self.request.body, self.results
-        transactional = body.transactional_id is not None
-        # By the time a request's turn to be answered comes its flush is usually done: then
-        # nothing is awaited, and no deadline needs a cancel scope.
-        waiting = transactional or not all(wait.ticket.done for wait in self.waits)
-        with trio.CancelScope(deadline=deadline) if waiting else nullcontext():
+        transactional = self.request.body.transactional_id is not None
+        with trio.CancelScope(deadline=deadline):
             for wait in self.waits:
-                index = wait.key[1]
                 try:
-                    # Most tickets of a request complete in the same flush: once one is done the
-                    # others usually are too, and waiting on a set event would still cost a trip
-                    # through the scheduler per partition (a request can name hundreds).
-                    if wait.ticket.done:
-                        wait.ticket.check()
-                    else:
+                    if not wait.ticket.done:
                         await wait.ticket.wait()
-                    if transactional:
+                    if transactional and wait.ticket.error is None:
                         await wait.target.persist_transactions()  # a transaction begun here is known before its ack
                 except KafkaError as exc:
-                    results[wait.key] = _partition(index, exc.code, message=str(exc))
+                    self.results[wait.key] = _partition(wait.key[1], exc.code, message=str(exc))
                 else:
-                    results[wait.key] = ProducePartition(index, ErrorCode.none, wait.base_offset, wait.append_time,
-                                                         wait.target.log_start_offset)
+                    self._record(wait)
+        return self._answer()
+
+    def _record(self, wait: _Wait) -> None:
+        """A partition's result once its ticket is done."""
+        error = wait.ticket.error
+        self.results[wait.key] = _partition(wait.key[1], error.code, message=str(error)) if error is not None else \
+            ProducePartition(wait.key[1], ErrorCode.none, wait.base_offset, wait.append_time,
+                             wait.target.log_start_offset)
+
+    def _answer(self) -> ProduceAnswer | None:
+        body, results = self.request.body, self.results
         if body.acks == 0:
             return None
         for wait in self.waits:

@@ -88,22 +88,34 @@ class FlushTicket:
     KAFKA_STORAGE_ERROR, but the writer keeps retrying the same object, and the ticket
     completes if it lands — a retried idempotent batch then gets its original offset."""
 
-    __slots__ = ("_done", "error", "final")
+    __slots__ = ("_done", "error", "final", "_callbacks")
 
     def __init__(self) -> None:
         self._done = trio.Event()
         self.error: KafkaError | None = None
         self.final = False
+        self._callbacks: list[Callable[[], None]] = []
 
     def finish(self, error: KafkaError | None = None) -> None:
         self.error = error
         self.final = True
-        self._done.set()
+        self._known()
 
     def doubt(self, error: KafkaError) -> None:
         if not self.final:
             self.error = error
-            self._done.set()
+            self._known()
+
+    def _known(self) -> None:
+        self._done.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the outcome is known (``done``), in the task that makes it
+        known (the log writer's): it must not raise or block."""
+        self._callbacks.append(callback)
 
     @property
     def done(self) -> bool:

@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafscale.gateway.connection import _chunks
+from kafscale.gateway.answers import _chunks
 
 
 @given(pieces=st.lists(st.binary(max_size=50), max_size=12), size=st.integers(1, 40))

@@ -1,6 +1,7 @@
 """The server in-process (trio, real TCP on loopback, memory storage): pipelining,
 ordering, backpressure limits and graceful shutdown."""
 
+import datetime
 import struct
 
 import pytest
@@ -113,6 +114,33 @@ async def test_a_produce_whose_partition_never_loads_times_out_and_the_connectio
         assert 0.3 <= trio.current_time() - started < 5
         _, versions = decode_response(18, 3, await client.receive())  # read after the Produce, in order
         assert versions.error_code == ErrorCode.none
+    shutdown.set()
+
+
+async def test_an_answer_not_durable_by_the_clients_timeout_is_answered_timed_out_in_order(nursery):
+    # The flush never comes within the Produce's 300 ms: the connection's watchdog hands the
+    # waiting answer to its writer, which answers it as timed out; what was read behind it
+    # is answered after it, and the record is acknowledged once a later flush lands.
+    running, shutdown = await _start(nursery, linger_ms=2_000, flush_bytes=1 << 30)
+    client = await Client.connect(running.port)
+    request = _produce("late", build_batch([(None, b"x")]))
+    request = type(request)(transactional_id=None, acks=-1, timeout=datetime.timedelta(milliseconds=300),
+                            topic_data=request.topic_data)
+    with trio.fail_after(10):
+        await client.send(0, 9, request, 1)
+        await client.send(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 2)
+        started = trio.current_time()
+        _, body = decode_response(0, 9, await client.receive())
+        waited = trio.current_time() - started
+        partition = body.responses[0].partition_responses[0]
+        assert partition.error_code == ErrorCode.request_timed_out
+        assert 0.25 <= waited < 1.5  # at its deadline, not at the 2 s flush
+        _, versions = decode_response(18, 3, await client.receive())
+        assert versions.error_code == ErrorCode.none
+        await client.send(0, 9, _produce("late", build_batch([(None, b"y")])), 3)
+        _, body = decode_response(0, 9, await client.receive())
+        assert body.responses[0].partition_responses[0].error_code == ErrorCode.none
+        assert body.responses[0].partition_responses[0].base_offset == 1  # the timed-out one was stored
     shutdown.set()
 
 
