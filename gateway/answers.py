@@ -110,6 +110,14 @@ class Answers:
         self._queue.append(slot)
         self.advance()
 
+    def end(self) -> None:
+        """The connection ended: nothing more is sent, whoever calls back later (its socket
+        is closed and its descriptor may soon name another), and the unanswered requests
+        (their frames) are let go now, not when the cyclic collector finds the connection."""
+        self._closing = True
+        self._queue.clear()
+        self._awaited = None
+
     def finish_reading(self) -> None:
         """Nothing more will be queued: the writer task ends once all is answered."""
         self._reading = False
@@ -117,8 +125,10 @@ class Answers:
 
     def head_deadline(self) -> float:
         """When the answer at the head must be ready (inf: none is waited for)."""
-        if self._queue and not self._writer_has_head and self._queue[0].ordered is not None:
-            return self._queue[0].ordered.deadline
+        if self._queue and not self._writer_has_head:
+            head = self._queue[0]
+            if head.ordered is not None and not head.ready:
+                return head.ordered.deadline
         return float("inf")
 
     def overdue(self) -> None:

@@ -122,6 +122,7 @@ class Connection:
         except* (_Closing, Stalled) as group:
             log.info("closing connection from %s: %s", self.peer, group.exceptions[0])
         finally:
+            self.answers.end()
             self.account.close()  # every byte this connection held, wherever it stopped
             self.unauthenticated_account.close()
             await trio.aclose_forcefully(self.stream)
