@@ -1,23 +1,6 @@
-"""CPU per Produce request, beside Tansu, in one run: what a small request costs the broker.
-
-Loads (confluent-kafka in its own process, acks=all; each message is a Produce request of
-its own):
-
-- 1,000 msgs/s of 100 B to one partition, linger.ms 0, 10 s (bench.load's latency run);
-- 2,400 msgs/s of 100 B spread over 120 partitions, librdkafka's defaults (linger.ms 5), 15 s
-  (bench.load's steady run): librdkafka puts one partition in a request, so nearly every
-  message is one.
-
-Brokers: Kafscale on ``memory://`` and on the filesystem (its default: linger 0, fsync per
-log object), an earlier commit the same way with ``KAFSCALE_BENCH_BASELINE=<ref>``, and Tansu
-0.6 in memory; each a fresh process per load, in alternating rounds (this VM's CPU time moves
-±30 % between rounds). CPU = user and system seconds of the broker's processes during the
-load, less its idle rate, per message.
-
-Then instructions per request, which do not move with the machine: callgrind counts the
-gateway's instructions (memory, linger 0) over 1,000 one-record Produce v9 requests sent one
-at a time by a raw client, after 300 to warm up.
-"""
+"""CPU per Produce request, beside Tansu, in one run: what a small request costs the broker
+(the loads and what is counted: ``NOTES``), and callgrind's instructions per request, which
+do not move with the machine as CPU time does."""
 
 from __future__ import annotations
 
@@ -41,6 +24,18 @@ from kafscale.protocol.messages import RequestHeader, decode_response, encode_re
 
 from . import baseline, report
 from .broker_bench import Broker, _load, tansu_binary
+
+NOTES = (
+    "Loads: confluent-kafka in its own process, acks=all, 100 B messages, each a Produce request of its "
+    "own: 1,000 msgs/s to one partition with linger.ms 0 for 10 s (bench.load latency), and 2,400 msgs/s "
+    "spread over 120 partitions with librdkafka's defaults (linger.ms 5) for 15 s (bench.load steady; "
+    "librdkafka puts one partition in a request). Brokers: Kafscale on memory:// and on the filesystem "
+    "(its default: linger 0, one fsync'd log object per flush), the commit before "
+    "(KAFSCALE_BENCH_BASELINE) the same way, and Tansu 0.6 in memory; a fresh process per load, in "
+    "alternating rounds (this VM's CPU time moves ±30 % between rounds). CPU = user and system seconds of"
+    " the broker's processes during the load, less its idle rate, per message. Instructions per request "
+    "do not move with the machine: callgrind counts the gateway's (memory, linger 0) over 1,000 one-"
+    "record Produce v9 requests sent one at a time by a raw client, after 300 to warm up.")
 
 AFTERWORD = """\
 **Where a small request's instructions went** (callgrind as in the last rows, one commit after \
@@ -175,8 +170,8 @@ def run() -> None:
         for (name, label), runs in results.items():
             total = [r["user_us"] + r["system_us"] for r in runs]
             rows.append([name, label, " / ".join(f"{t:.0f}" for t in total) + f" (median {statistics.median(total):.0f})",
-                         " / ".join(f"{r['user_us']:.0f} + {r['system_us']:.0f}" for r in runs),
-                         " / ".join(f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}" for r in runs), ""])
+                         "; ".join(f"{r['user_us']:.0f} + {r['system_us']:.0f}" for r in runs),
+                         "; ".join(f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}" for r in runs), ""])
         for name, command, env in versions:
             instructions = _instructions(command, env, workdir)
             if instructions is not None:
@@ -187,7 +182,7 @@ def run() -> None:
         "22-requests",
         "CPU per Produce request, beside Tansu",
         "KAFSCALE_BENCH_BASELINE=<ref> python -m bench requests",
-        __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+        NOTES,
         ["broker", "load", "CPU µs per request, each round", "user + system µs", "ack p50 / p99 ms",
          "instructions per request"],
         rows, afterword=AFTERWORD)
