@@ -4,7 +4,6 @@ do not move with the machine as CPU time does."""
 
 from __future__ import annotations
 
-import datetime
 import glob
 import shutil
 import statistics
@@ -14,16 +13,12 @@ import time
 from pathlib import Path
 
 import trio
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.static.primitive import Records
 
 from devkit.ports import free_port
-from kafscale.protocol import build_batch
-from kafscale.protocol.framing import FrameDecoder, encode_frame
-from kafscale.protocol.messages import RequestHeader, decode_response, encode_request
 
 from . import baseline, report
 from .broker_bench import Broker, _load, tansu_binary
+from .wide_bench import _drive, _request
 
 NOTES = (
     "Loads: confluent-kafka in its own process, acks=all, 100 B messages, each a Produce request of its "
@@ -80,29 +75,6 @@ def _measure(broker: Broker, load: tuple) -> dict:
             "system_us": per(system1 - system0), "p50_ms": measured["p50_ms"], "p99_ms": measured["p99_ms"]}
 
 
-def _request_frame() -> bytes:
-    body = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=(
-        TopicProduceData(name="counted", partition_data=(
-            PartitionProduceData(index=0, records=Records(build_batch([(None, b"x" * 100)]))),)),))
-    return encode_frame(encode_request(RequestHeader(0, 9, 0, "bench"), body))
-
-
-async def _one_at_a_time(port: int, frame: bytes, count: int) -> None:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    decoder = FrameDecoder()
-    async with stream:
-        for _ in range(count):
-            await stream.send_all(frame)
-            while (payload := decoder.next_frame()) is None:
-                data = await stream.receive_some(1 << 16)
-                if not data:
-                    raise RuntimeError("the gateway closed the connection")
-                decoder.feed(data)
-            _, body = decode_response(0, 9, payload)
-            if body.responses[0].partition_responses[0].error_code != 0:
-                raise RuntimeError(f"produce failed: {body}")
-
-
 def _instructions(command: list[str], env: dict | None, workdir: Path) -> float | None:
     """Instructions the gateway executes per one-record Produce request (memory, linger 0)."""
     if shutil.which("valgrind") is None:
@@ -114,18 +86,18 @@ def _instructions(command: list[str], env: dict | None, workdir: Path) -> float 
                                 "--linger-ms", "0", "--log-level", "WARNING"], cwd=out.parent, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        frame = _request_frame()
+        frame = _request("counted", 1)
         deadline = time.monotonic() + 120
         while True:
             try:
-                trio.run(_one_at_a_time, port, frame, WARM_UP)
+                trio.run(_drive, port, frame, WARM_UP, 1)
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
-        trio.run(_one_at_a_time, port, frame, COUNTED)
+        trio.run(_drive, port, frame, COUNTED, 1)
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
         subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
     finally:

@@ -34,13 +34,13 @@ def _request(topic: str, partitions: int) -> bytes:
     return encode_request(RequestHeader(0, 9, 0, "bench"), body)
 
 
-async def _drive(port: int, frame: bytes, count: int) -> None:
-    """``count`` copies of one Produce request, ``IN_FLIGHT`` at a time; every answer checked."""
+async def _drive(port: int, frame: bytes, count: int, in_flight: int = IN_FLIGHT) -> None:
+    """``count`` copies of one Produce request, ``in_flight`` at a time; every answer checked."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     decoder = FrameDecoder()
     sent = received = 0
     async with stream, trio.open_nursery() as nursery:
-        window = trio.Semaphore(IN_FLIGHT)
+        window = trio.Semaphore(in_flight)
 
         async def receive() -> None:
             nonlocal received
