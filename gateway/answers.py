@@ -7,8 +7,8 @@ the log writer as the flush a Produce waits for completes (the callback its
 non-blocking ``writev`` when the socket takes it whole. What must wait is the writer
 task's (:meth:`Answers.run`): the rest of a frame the socket could not take, an answer
 only awaiting builds (a transactional Produce), an answer whose deadline passed (the
-connection's watchdog hands it over, see :meth:`Answers.overdue`), answers encoded in a
-worker thread, and every send under TLS.
+connection's watchdog hands it over, see :meth:`Answers.overdue`), and every send under
+TLS.
 
 Memory: a slot's answer is charged until it is sent, then every byte returns.
 """
@@ -75,7 +75,7 @@ class Stalled(Exception):
 
 class Answers:
     def __init__(self, stream: trio.abc.Stream, capacity: int, stall_ms: int, failure: Failure, metrics: Metrics,
-                 peer: str) -> None:
+                 peer: str, on_deadline: Callable[[float], None]) -> None:
         self._stream = stream
         # Plain TCP: frames are written to the socket directly; under TLS the stream encrypts.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
@@ -94,7 +94,7 @@ class Answers:
         self._reading = True
         self._broken = False  # the client reset the connection during a direct send
         self._closing = False  # an answer closes the connection: nothing after it is sent
-        self.on_deadline: Callable[[float], None] = lambda deadline: None  # the head waits until then
+        self._on_deadline = on_deadline  # told when the answer at the head must be ready
 
     @property
     def unanswered(self) -> int:
@@ -173,7 +173,7 @@ class Answers:
         state = ordered.completion.settle(self._called_back)
         if state is Settled.LATER:
             self._awaited = slot
-            self.on_deadline(ordered.deadline)
+            self._on_deadline(ordered.deadline)
             return False
         if state is Settled.BY_AWAITING or ordered.handler.large_answers:
             self._hand_over()
@@ -240,18 +240,26 @@ class Answers:
         """Whether the socket took the slot's whole frame now; what it did not take stays in
         ``slot.payload`` for the writer task."""
         assert slot.payload is not None
-        unsent = deque(memoryview(piece) for piece in slot.payload if len(piece))  # writev of nothing writes 0
+        unsent = _views(slot.payload)
+        try:
+            if self._write_what_fits(unsent):
+                return True
+        except trio.BrokenResourceError:
+            self._broken = True  # the writer task raises it
+            self._wake.set()
+        slot.payload = list(unsent)
+        return False
+
+    def _write_what_fits(self, unsent: deque[memoryview]) -> bool:
+        """Write ``unsent`` to the socket until it takes no more: whether all of it went.
+        Raises ``BrokenResourceError`` when the client reset the connection."""
         while unsent:
             try:
                 sent = os.writev(self._fd, list(islice(unsent, _IOV_MAX)))
             except BlockingIOError:
-                slot.payload = list(unsent)
                 return False
-            except OSError:
-                self._broken = True  # the client reset the connection
-                self._wake.set()
-                slot.payload = list(unsent)
-                return False
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
             _consume(unsent, sent)
         return True
 
@@ -302,22 +310,20 @@ class Answers:
             for chunk in _chunks(frame, _SEND_CHUNK):
                 await self._within_stall(self._stream.send_all(chunk))
             return
-        unsent = deque(memoryview(piece) for piece in frame if len(piece))
-        while unsent:
-            try:
-                sent = os.writev(self._fd, list(islice(unsent, _IOV_MAX)))
-            except BlockingIOError:
-                await self._within_stall(trio.lowlevel.wait_writable(self._socket))
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError from exc  # the client reset the connection
-            _consume(unsent, sent)
+        unsent = _views(frame)
+        while not self._write_what_fits(unsent):
+            await self._within_stall(trio.lowlevel.wait_writable(self._socket))
 
     async def _within_stall(self, sending: Awaitable[T]) -> T:
         """``sending``'s result, if it makes progress within the stall timeout."""
         with trio.CancelScope(deadline=trio.current_time() + self._stall_ms / 1000):
             return await sending
         raise Stalled(f"the client took none of a response for {self._stall_ms} ms")
+
+
+def _views(frame: list[Buffer]) -> deque[memoryview]:
+    """The frame's pieces to write (writev of nothing writes 0)."""
+    return deque(memoryview(piece) for piece in frame if len(piece))
 
 
 def _consume(unsent: deque[memoryview], sent: int) -> None:

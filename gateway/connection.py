@@ -82,11 +82,10 @@ class Connection:
         self.unauthenticated_account = unauthenticated.connection(ctx.config.limits.sasl_max_receive_bytes + 2 * 65536)
         self.peer = peer
         self.reader_scope = trio.CancelScope()
+        self._watch_sleep = trio.CancelScope()  # the watchdog's current sleep (its deadline: when it wakes)
         limits = ctx.config.limits
         self.answers = Answers(stream, limits.max_inflight_requests, limits.connection_stall_ms, self._failure,
-                               ctx.metrics, peer)
-        self.answers.on_deadline = self._answer_due
-        self._watch_sleep = trio.CancelScope()  # the watchdog's current sleep (its deadline: when it wakes)
+                               ctx.metrics, peer, self._answer_due)
         # The socket under a plain TCP stream, which large request bodies are received from directly.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._fd = self._socket.fileno() if self._socket is not None else -1  # closed only once serve ends
