@@ -185,6 +185,7 @@ class LocalBackend(ObstoreBackend):
         self._fsync = fsync
         self._root = str(self.root)
         self._durable_dirs: set[str] = set()
+        self._unnamed_files = _unnamed_files_work(self._root)
 
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         try:
@@ -205,26 +206,60 @@ class LocalBackend(ObstoreBackend):
         """A new file linked into place (a link never replaces: a second writer gets
         FileExistsError); its version is the written inode's, taken before it is visible.
 
-        The gateway's hot path (a log object per flush): plain string paths, no pathlib, and
-        the file's data is fsync'd once, before the link; then only the new entry's directory."""
+        The gateway's hot path (a log object per flush): plain string paths, the directory
+        opened once, and the file's data fsync'd once, before the link; then only the new
+        entry's directory. The file is written without a name where the filesystem allows it
+        (``O_TMPFILE``): no temporary name to make and remove, which took a third of the
+        object's CPU."""
         path = os.path.join(self._root, key)
-        temporary = _temporary(path)
+        directory, name = os.path.split(path)
         try:
             try:
-                written = self._write_file(temporary, data)
+                dir_fd = os.open(directory, _DIRECTORY_FLAGS)
             except FileNotFoundError:  # the first object under a new directory
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                written = self._write_file(temporary, data)
-            os.link(temporary, path)
+                os.makedirs(directory, exist_ok=True)
+                dir_fd = os.open(directory, _DIRECTORY_FLAGS)
         except OSError as exc:
             raise translated(exc, "put", key) from exc
+        try:
+            try:
+                if self._unnamed_files:
+                    written = self._link_unnamed(dir_fd, name, data)
+                else:
+                    written = self._link_named(path, data)
+            except OSError as exc:
+                raise translated(exc, "put", key) from exc
+            if self._fsync:
+                try:
+                    os.fsync(dir_fd)
+                    self._parents_durable(directory)
+                except OSError as exc:
+                    raise translated(exc, "fsync", key) from exc
+        finally:
+            os.close(dir_fd)
+        return written
+
+    def _link_unnamed(self, dir_fd: int, name: str, data: ObjectData) -> str:
+        fd = os.open(".", _UNNAMED_FLAGS, 0o644, dir_fd=dir_fd)
+        try:
+            written = self._fill(fd, data)
+            # linkat(AT_SYMLINK_FOLLOW) on the descriptor's /proc link: CPython calls linkat
+            # (not link, which would link the symlink itself) when a directory fd is given.
+            os.link(f"/proc/self/fd/{fd}", name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=True)
+            return written
+        finally:
+            os.close(fd)
+
+    def _link_named(self, path: str, data: ObjectData) -> str:
+        """Where unnamed files are not to be had (overlayfs before Linux 6.6, no /proc): a
+        temporary name beside ``path``, linked into place and removed."""
+        temporary = _temporary(path)
+        try:
+            written = self._write_file(temporary, data)
+            os.link(temporary, path)
+            return written
         finally:
             _discard(temporary)
-        try:
-            self._entry_durable(path)
-        except OSError as exc:
-            raise translated(exc, "fsync", key) from exc
-        return written
 
     def put_if_unchanged(self, key: str, data: bytes, version: str) -> str:
         """obstore's LocalStore has no conditional update: the file is locked, its version
@@ -261,12 +296,15 @@ class LocalBackend(ObstoreBackend):
         """A new file holding ``data`` (fsync'd); its version, which a rename or link keeps."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _write_all(fd, list(data) if isinstance(data, Pieces) else [data])
-            if self._fsync:
-                os.fsync(fd)
-            return _file_version(os.fstat(fd))
+            return self._fill(fd, data)
         finally:
             os.close(fd)
+
+    def _fill(self, fd: int, data: ObjectData) -> str:
+        _write_all(fd, list(data) if isinstance(data, Pieces) else [data])
+        if self._fsync:
+            os.fsync(fd)
+        return _file_version(os.fstat(fd))
 
     def _made_durable(self, key: str) -> None:
         if not self._fsync:
@@ -274,17 +312,14 @@ class LocalBackend(ObstoreBackend):
         path = os.path.join(self._root, key)
         try:
             _fsync_path(path)
-            self._entry_durable(path)
+            _fsync_path(os.path.dirname(path))
+            self._parents_durable(os.path.dirname(path))
         except OSError as exc:
             raise translated(exc, "fsync", key) from exc
 
-    def _entry_durable(self, path: str) -> None:
-        """Make the directory entry of ``path`` reach the disk; directories above it only
-        once, the first time we see them (they may have just been created)."""
-        if not self._fsync:
-            return
-        directory = os.path.dirname(path)
-        _fsync_path(directory)
+    def _parents_durable(self, directory: str) -> None:
+        """After a new entry of ``directory`` reached the disk: the directories above it, only
+        the first time we see them (they may have just been created)."""
         while directory != self._root and directory.startswith(self._root + os.sep):
             if directory in self._durable_dirs:
                 break
@@ -345,6 +380,21 @@ def _write_all(fd: int, pieces: list) -> None:
             else:
                 views[0] = views[0][written:]
                 written = 0
+
+
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY
+_UNNAMED_FLAGS = os.O_WRONLY | getattr(os, "O_TMPFILE", 0)
+
+
+def _unnamed_files_work(root: str) -> bool:
+    """Whether files can be made without a name under ``root`` and linked in by /proc."""
+    if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        os.close(os.open(root, _UNNAMED_FLAGS, 0o644))
+    except OSError:  # EOPNOTSUPP, EISDIR or EINVAL where the filesystem has no O_TMPFILE
+        return False
+    return True
 
 
 def _file_version(stat: os.stat_result) -> str:
