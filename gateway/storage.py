@@ -8,18 +8,36 @@ A store that never waits for I/O (``waits_for_io`` false: the in-memory store) i
 called on the event loop's own thread: handing a call that only copies to a worker
 and back costs more than the call (a quarter of a small Produce request's CPU). Its
 writes do not yield to the scheduler either (see :meth:`AsyncStore._write`).
+
+A task that writes one object after another (the log writer: an object per flush) takes a
+lane of its own (:meth:`AsyncStore.serial_writes`): one long-lived thread, whose
+completion wakes that task directly, where a call handed to trio's worker threads takes
+three passes of the scheduler (the limiter's checkpoint, trio's queue of calls from
+threads, then the task).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any, Protocol
 
+import outcome
 import trio
 
 from kafscale.storage_backends import ObjectChanged, ObjectData, ObjectExists, ObjectInfo, ObjectStore, StorageError
 
-__all__ = ["AsyncStore"]
+__all__ = ["AsyncStore", "ObjectWrites"]
+
+
+class ObjectWrites(Protocol):
+    """Where a task's writes of new objects go (:meth:`AsyncStore.serial_writes`)."""
+
+    async def put_if_absent(self, key: str, data: ObjectData) -> str: ...
 
 
 class AsyncStore:
@@ -65,16 +83,22 @@ class AsyncStore:
         return await self._run(self.sync.version, key)
 
     async def _write(self, function, *args, **kwargs):
+        return await self.write_by(self._execute_write, partial(function, *args, **kwargs))
+
+    async def _execute_write(self, call: Callable[[], Any]) -> Any:
+        if self._inline:
+            # A cancel point but not a schedule point: the write waited for nothing, its
+            # callers (the log writer, one object per flush) wait for other things between
+            # writes, and a trip through the scheduler per object would cost a tenth of a
+            # small Produce request. Reads still yield: readers loop over many objects.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return call()
+        return await trio.to_thread.run_sync(call, limiter=self._limiter)
+
+    async def write_by(self, execute: Callable[[Callable[[], Any]], Any], call: Callable[[], Any]) -> Any:
+        """``call`` (a write) made by ``execute``, and what its outcome says of the store."""
         try:
-            if self._inline:
-                # A cancel point but not a schedule point: the write waited for nothing, its
-                # callers (the log writer, one object per flush) wait for other things between
-                # writes, and a trip through the scheduler per object would cost a tenth of a
-                # small Produce request. Reads still yield: readers loop over many objects.
-                await trio.lowlevel.checkpoint_if_cancelled()
-                result = function(*args, **kwargs)
-            else:
-                result = await self._run(function, *args, **kwargs)
+            result = await execute(call)
         except (ObjectExists, ObjectChanged):
             self.write_failure = None  # the store answered: a lost race, not a failure
             raise
@@ -86,6 +110,19 @@ class AsyncStore:
         self.write_failure = None
         self._healthy.set()
         return result
+
+    @asynccontextmanager
+    async def serial_writes(self) -> AsyncIterator[ObjectWrites]:
+        """Writes for one task, one at a time: in a thread of their own while the context is
+        open (this store itself where writes are calls on the event loop's thread)."""
+        if self._inline:
+            yield self
+            return
+        lane = _WriteLane(self)
+        try:
+            yield lane
+        finally:
+            lane.close()
 
     async def wait_writable(self, timeout_s: float) -> None:
         """Return when a write succeeds (e.g. the readiness probe's) or after ``timeout_s``."""
@@ -130,3 +167,56 @@ class AsyncStore:
     async def delete_many(self, keys: Sequence[str]) -> None:
         """One billed request per 1,000 keys on S3, instead of one each."""
         await self._run(self.sync.delete_many, keys)
+
+
+class _WriteLane:
+    """One thread making one task's writes in turn. It signals a pipe the task waits on, so
+    the task wakes in the scheduler's next pass (a pipe, not trio's run_sync_soon: that wakes a
+    task of trio's that then wakes ours, a pass more). One write at a time: one waiter."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+        self._calls: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._done: outcome.Outcome | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self._thread = threading.Thread(target=self._serve, name="kafscale-write-lane", daemon=True)
+        self._thread.start()
+
+    async def put_if_absent(self, key: str, data: ObjectData) -> str:
+        return await self._store.write_by(self._in_thread, partial(self._store.sync.put_if_absent, key, data))
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            self._done = outcome.capture(call)
+            os.write(self._wake_write, b"!")
+
+    async def _in_thread(self, call: Callable[[], Any]) -> Any:
+        self._calls.put(call)
+        try:
+            await self._woken()
+        except BaseException:
+            # Cancelled: a write that started is finished, not abandoned (as a worker thread's
+            # would be); its outcome is waited for, then the cancellation goes on.
+            with trio.CancelScope(shield=True):
+                await self._woken()
+            raise
+        done, self._done = self._done, None
+        assert done is not None
+        return done.unwrap()
+
+    async def _woken(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._wake_read)
+            try:
+                os.read(self._wake_read, 1)
+                return
+            except BlockingIOError:  # woken for nothing
+                continue
+
+    def close(self) -> None:
+        self._calls.put(None)
+        self._thread.join()
+        trio.lowlevel.notify_closing(self._wake_read)
+        os.close(self._wake_read)
+        os.close(self._wake_write)

@@ -38,7 +38,7 @@ from kafscale.storage_backends import ObjectExists, ObjectNotFound, Pieces, Stor
 
 from ..clock import Clock
 from ..ownership import Mode
-from ..storage import AsyncStore
+from ..storage import AsyncStore, ObjectWrites
 from .log_objects import LogObjects, read_slot
 from .partition_log import AppendedEntry, PartitionLog, Pending
 
@@ -133,23 +133,24 @@ class LogWriter:
         # Shielded while a write is in progress: it is finished, not abandoned. One scope for
         # the writer's life, not one per object.
         writing = trio.CancelScope()
-        with writing:
-            while True:
-                writing.shield = False
-                await self._wake.wait()
-                wait_ms = self.linger_ms or (self.fill_wait_ms if self._arriving_fast() else 0)
-                if wait_ms:
-                    with trio.move_on_after(wait_ms / 1000):
-                        await self._full.wait()
-                self._wake, self._full = trio.Event(), trio.Event()
-                self._pending_bytes = 0
-                self._taken_at = trio.current_time()
-                dirty, self._dirty = list(self._dirty), {}
-                writing.shield = True
-                try:
-                    await self._flush(dirty)
-                except Exception:  # a bug must fail these requests, not stop the writer
-                    log.exception("flush failed")
+        async with self.store.serial_writes() as writes:
+            with writing:
+                while True:
+                    writing.shield = False
+                    await self._wake.wait()
+                    wait_ms = self.linger_ms or (self.fill_wait_ms if self._arriving_fast() else 0)
+                    if wait_ms:
+                        with trio.move_on_after(wait_ms / 1000):
+                            await self._full.wait()
+                    self._wake, self._full = trio.Event(), trio.Event()
+                    self._pending_bytes = 0
+                    self._taken_at = trio.current_time()
+                    dirty, self._dirty = list(self._dirty), {}
+                    writing.shield = True
+                    try:
+                        await self._flush(dirty, writes)
+                    except Exception:  # a bug must fail these requests, not stop the writer
+                        log.exception("flush failed")
 
     def _arriving_fast(self) -> bool:
         """Whether bytes arrive fast enough, at their rate since the last flush took what was
@@ -159,7 +160,7 @@ class LogWriter:
         elapsed = trio.current_time() - self._taken_at
         return self._pending_bytes * self.fill_wait_ms / 1000 >= FILL_MIN_BYTES * max(elapsed, 1e-6)
 
-    async def _flush(self, dirty: list[PartitionLog]) -> None:
+    async def _flush(self, dirty: list[PartitionLog], writes: ObjectWrites) -> None:
         items: list[tuple[PartitionLog, Pending]] = []
         for partition_log in dirty:
             pending = partition_log.take_pending()
@@ -182,7 +183,7 @@ class LogWriter:
             pieces, directory = builder.encode_pieces(self.key(self.sequence), self.sequence, self._clock.now_ms())
             data = Pieces(pieces)  # the record sets as appended, not joined into a copy
             while True:  # the same bytes, until the slot is decided
-                outcome = await self._put(directory, data)
+                outcome = await self._put(directory, data, writes)
                 if outcome is not None:
                     break
                 error = KafkaError(ErrorCode.kafka_storage_error, f"object store write failing: {self.failing}")
@@ -220,11 +221,12 @@ class LogWriter:
         log.warning("this gateway's writer was sealed; writing on as %s", self.writer_id)
         self.on_new_writer()
 
-    async def _put(self, directory: LogObjectDirectory, data: Pieces) -> LogObjectDirectory | None:
+    async def _put(self, directory: LogObjectDirectory, data: Pieces,
+                   writes: ObjectWrites) -> LogObjectDirectory | None:
         """Our directory once written; the directory found in the slot if it was taken;
         ``None`` while the outcome is unknown."""
         try:
-            await self.store.put_if_absent(directory.key, data)
+            await writes.put_if_absent(directory.key, data)
         except ObjectExists:
             try:  # what took the slot: a seal, or our own earlier attempt
                 found = await read_slot(self.store, directory.key)
