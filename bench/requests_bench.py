@@ -5,6 +5,8 @@ do not move with the machine as CPU time does."""
 from __future__ import annotations
 
 import glob
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 import trio
 
 from devkit.ports import free_port
+from kafscale.storage_backends import LocalBackend, Pieces
 
 from . import baseline, report
 from .broker_bench import Broker, _load, tansu_binary
@@ -28,9 +31,11 @@ NOTES = (
     "(its default: linger 0, one fsync'd log object per flush), the commit before "
     "(KAFSCALE_BENCH_BASELINE) the same way, and Tansu 0.6 in memory; a fresh process per load, in "
     "alternating rounds (this VM's CPU time moves ±30 % between rounds). CPU = user and system seconds of"
-    " the broker's processes during the load, less its idle rate, per message. Instructions per request "
-    "do not move with the machine: callgrind counts the gateway's (memory, linger 0) over 1,000 one-"
-    "record Produce v9 requests sent one at a time by a raw client, after 300 to warm up.")
+    " the broker's processes during the load, less its idle rate, per message. The filesystem store alone: "
+    "what writing a log object of the size the filesystem rows wrote costs by itself (user and system µs, "
+    "3,000 objects, one round each). Instructions per request do not move with the machine: callgrind "
+    "counts the gateway's (every thread, linger 0, on memory and on the filesystem) over 1,000 one-record "
+    "Produce v9 requests sent one at a time by a raw client, after 300 to warm up.")
 
 AFTERWORD = """\
 **Where a small request's instructions went** (callgrind as in the last rows, one commit after \
@@ -75,14 +80,16 @@ def _measure(broker: Broker, load: tuple) -> dict:
             "system_us": per(system1 - system0), "p50_ms": measured["p50_ms"], "p99_ms": measured["p99_ms"]}
 
 
-def _instructions(command: list[str], env: dict | None, workdir: Path) -> float | None:
-    """Instructions the gateway executes per one-record Produce request (memory, linger 0)."""
+def _instructions(command: list[str], env: dict | None, workdir: Path, store: str) -> float | None:
+    """Instructions the gateway executes (every thread of it) per one-record Produce request,
+    linger 0, on ``store`` (memory or filesystem)."""
     if shutil.which("valgrind") is None:
         return None
     out = Path(tempfile.mkdtemp(dir=workdir)) / "callgrind.out"
+    storage = "memory://" if store == "memory" else str(out.parent / "data")
     port = free_port()
     gateway = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                                *command, "--port", str(port), "--http-port", "-1", "--storage", "memory://",
+                                *command, "--port", str(port), "--http-port", "-1", "--storage", storage,
                                 "--linger-ms", "0", "--log-level", "WARNING"], cwd=out.parent, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -108,17 +115,37 @@ def _instructions(command: list[str], env: dict | None, workdir: Path) -> float 
     return max(totals) / COUNTED if totals else None
 
 
+def _store_alone(workdir: Path, object_bytes: int, count: int = 3000) -> tuple[float, float]:
+    """What the filesystem store costs per log object by itself (user, system µs): objects of
+    ``object_bytes`` written one after another, fsync'd, as the gateway writes its own."""
+    store = LocalBackend(tempfile.mkdtemp(dir=workdir))
+    data = Pieces([os.urandom(object_bytes)])
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for sequence in range(count):
+        store.put_if_absent(f"~log/alone/{sequence:020d}.kfl", data)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return ((after.ru_utime - before.ru_utime) / count * 1e6, (after.ru_stime - before.ru_stime) / count * 1e6)
+
+
+def _object_bytes(root: Path) -> int:
+    """The mean size of the log objects under ``root`` (a filesystem store after a load)."""
+    sizes = [path.stat().st_size for path in root.rglob("*.kfl") if path.stat().st_size]
+    return round(statistics.mean(sizes)) if sizes else 0
+
+
 def run() -> None:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         brokers = []
         versions = baseline.versions(report.commit())
+        stores: dict[str, Path] = {}  # each Kafscale broker's last filesystem store
         for name, command, env in versions:
             for store in ("memory", "filesystem"):
                 def kafscale(name=name, command=command, env=env, store=store) -> Broker:
                     port, http_port = free_port(), free_port()
                     storage = "memory://" if store == "memory" else tempfile.mkdtemp(dir=workdir)
+                    stores[f"{name} {store}"] = Path(storage)
                     return Broker(f"{name} {store}", [*command, "--port", str(port), "--http-port", str(http_port),
                                                       "--storage", storage, "--log-level", "WARNING"],
                                   port, workdir, http_port, env)
@@ -132,10 +159,13 @@ def run() -> None:
                                         url], port, workdir)
             brokers.append(("tansu 0.6 memory", peer))
         results: dict[tuple[str, str], list[dict]] = {}
+        object_bytes = 0  # a log object of one request, as this commit wrote them on the filesystem
         for round_number in range(ROUNDS):
             for label, load in LOADS:
                 for name, make in brokers:
                     measured = _measure(make(), load)
+                    if not object_bytes and load == LOADS[0][1] and name == f"{versions[0][0]} filesystem":
+                        object_bytes = _object_bytes(stores[name])
                     results.setdefault((name, label), []).append(measured)
                     print(f"round {round_number + 1}: {name}, {label}: {measured['user_us']:.0f} + "
                           f"{measured['system_us']:.0f} µs, ack p99 {measured['p99_ms']:.1f} ms", flush=True)
@@ -144,12 +174,18 @@ def run() -> None:
             rows.append([name, label, " / ".join(f"{t:.0f}" for t in total) + f" (median {statistics.median(total):.0f})",
                          "; ".join(f"{r['user_us']:.0f} + {r['system_us']:.0f}" for r in runs),
                          "; ".join(f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}" for r in runs), ""])
+        if object_bytes:
+            alone = [_store_alone(workdir, object_bytes) for _ in range(ROUNDS)]
+            rows.append(["the filesystem store alone", f"a {object_bytes} B log object written, fsync'd and linked, "
+                         "3,000 one after another", " / ".join(f"{u + k:.0f}" for u, k in alone),
+                         "; ".join(f"{u:.0f} + {k:.0f}" for u, k in alone), "", ""])
         for name, command, env in versions:
-            instructions = _instructions(command, env, workdir)
-            if instructions is not None:
-                rows.append([f"{name} memory", f"{COUNTED:,} one-record requests one at a time, linger 0 (callgrind)",
-                             "", "", "", f"{instructions:,.0f}"])
-                print(f"{name}: {instructions:,.0f} instructions per request", flush=True)
+            for store in ("memory", "filesystem"):
+                instructions = _instructions(command, env, workdir, store)
+                if instructions is not None:
+                    rows.append([f"{name} {store}", f"{COUNTED:,} one-record requests one at a time, linger 0 "
+                                 "(callgrind)", "", "", "", f"{instructions:,.0f}"])
+                    print(f"{name} {store}: {instructions:,.0f} instructions per request", flush=True)
     report.save(
         "22-requests",
         "CPU per Produce request, beside Tansu",

@@ -101,6 +101,8 @@ class NetworkConfig:
                             "(-1: not a worker)", minimum=-1, maximum=1023)
     worker_parent: int = _opt(0, "set by the parent of --workers for each worker process: the parent's pid; "
                               "a worker exits when the parent is gone", minimum=0)
+    worker_sockets: str = _opt("", "set by the parent of --workers for each worker process: the private directory "
+                               "of the workers' sockets, where each offers its own metrics to the others")
 
     @property
     def worker_count(self) -> int:
@@ -585,6 +587,8 @@ class GatewayConfig:
         if not self.cluster.enabled and not network.is_worker and self.storage.on_s3:
             raise ConfigError("workers on S3 need etcd (etcd_endpoints): alone, the workers' coordination is "
                               "kept in a local storage directory")
+        if network.is_worker and not network.worker_sockets:
+            raise ConfigError("worker_slot is set by the parent of --workers, with worker_sockets")
 
     def _validate_security(self) -> None:
         network, tls, sasl = self.network, self.tls, self.sasl

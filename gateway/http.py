@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from kafscale.protocol.layout import meta_prefix
 
@@ -19,6 +19,7 @@ from .http_lfs import serve_lfs
 from .security.acl import CLUSTER_NAME, Operation, ResourceType
 from .security.tls import PrincipalMapper, TlsContext, TlsHandshakeFailed, tls_accept
 from .security.tls_stream import TlsStream
+from .workers.metrics import MetricsPage
 
 __all__ = ["serve_http", "readiness"]
 
@@ -68,14 +69,14 @@ async def readiness(ctx: GatewayContext) -> tuple[bool, str]:
     return True, "ready" + "".join(f"; {item}" for item in damage)
 
 
-async def _route(ctx: GatewayContext, exchange: HttpExchange) -> None:
+async def _route(ctx: GatewayContext, metrics: MetricsPage, exchange: HttpExchange) -> None:
     path = exchange.path
     if path.startswith("/lfs/"):
         await serve_lfs(ctx, exchange)
     elif exchange.method != "GET":
         raise HttpError(405, f"{exchange.method} is not served at {path}")
     elif path == "/metrics":
-        await exchange.respond(200, generate_latest(ctx.metrics.registry), CONTENT_TYPE_LATEST)
+        await exchange.respond(200, await metrics(), CONTENT_TYPE_LATEST)
     elif path == "/healthz":
         await exchange.respond(200, b"ok\n")
     elif path == "/readyz":
@@ -103,7 +104,7 @@ def _certificate_principal(stream: TlsStream, mapper: PrincipalMapper) -> str | 
         return None
 
 
-async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer: HttpPeer) -> None:
+async def _handle(ctx: GatewayContext, metrics: MetricsPage, stream: trio.abc.Stream, peer: HttpPeer) -> None:
     exchange = HttpExchange(stream, peer, ctx.config.network.http_idle_timeout_ms / 1000)
     try:
         # The head must come within 10 s; a body (an LFS upload) may take as long as it keeps coming.
@@ -113,7 +114,7 @@ async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer: HttpPeer) 
         if not exchange.method:
             return
         try:
-            await _route(ctx, exchange)
+            await _route(ctx, metrics, exchange)
         except HttpError as exc:
             if not exchange.responded:
                 await exchange.respond(exc.status, str(exc).encode() + b"\n")
@@ -131,9 +132,10 @@ async def _handle(ctx: GatewayContext, stream: trio.abc.Stream, peer: HttpPeer) 
         await trio.aclose_forcefully(stream)
 
 
-async def serve_http(ctx: GatewayContext, listeners, tls: tuple[TlsContext, PrincipalMapper] | None = None,
-                     task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """``tls``: the Kafka listeners' TLS context and certificate-principal rules (http_ssl), or
+async def serve_http(ctx: GatewayContext, listeners, metrics: MetricsPage,
+                     tls: tuple[TlsContext, PrincipalMapper] | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """``metrics``: what /metrics answers (this gateway's registry, or every worker's);
+    ``tls``: the Kafka listeners' TLS context and certificate-principal rules (http_ssl), or
     None for plain HTTP."""
 
     async def handler(connection: trio.SocketStream):
@@ -142,13 +144,13 @@ async def serve_http(ctx: GatewayContext, listeners, tls: tuple[TlsContext, Prin
         except OSError:
             return
         if tls is None:
-            await _handle(ctx, connection, HttpPeer(peer_host, tls=False, certificate_principal=None))
+            await _handle(ctx, metrics, connection, HttpPeer(peer_host, tls=False, certificate_principal=None))
             return
         try:
             secured = await tls_accept(connection, tls[0], 10)
         except TlsHandshakeFailed:
             return
-        await _handle(ctx, secured, HttpPeer(peer_host, tls=True,
+        await _handle(ctx, metrics, secured, HttpPeer(peer_host, tls=True,
                                              certificate_principal=_certificate_principal(secured, tls[1])))
 
     await trio.serve_listeners(handler, listeners, task_status=task_status)

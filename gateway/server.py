@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from .budget import ByteBudget
 from .clock import Clock
@@ -23,6 +24,7 @@ from .security.session import ANONYMOUS, Session
 from .security.tls import PrincipalMapper, TlsConfigError, TlsContext, TlsHandshakeFailed, tls_accept
 from .security.tls_stream import TlsStream
 from .wiring import Gateway, StartupError, assemble, open_storage
+from .workers.metrics import MetricsPage, own_page, serve_own_page, workers_page
 
 __all__ = ["serve", "Running", "StartupError"]
 
@@ -67,7 +69,9 @@ async def _serve_gateway(gateway: Gateway, config: GatewayConfig, bound: list[tu
     async with trio.open_nursery() as root:
         await root.start(gateway.run)
         if http_listeners:
-            root.start_soon(serve_http, gateway.context, http_listeners, tls if tls and config.tls.http_ssl else None)
+            metrics = await _metrics_page(config, gateway.context.metrics.registry, root)
+            root.start_soon(serve_http, gateway.context, http_listeners, metrics,
+                            tls if tls and config.tls.http_ssl else None)
         async with trio.open_nursery() as client_nursery:
             accept_scope = trio.CancelScope()
 
@@ -208,6 +212,16 @@ async def _reuseport_listener(host: str, port: int, *, shared: bool) -> trio.Soc
         sock.close()
         raise
     return trio.SocketListener(sock)
+
+
+async def _metrics_page(config: GatewayConfig, registry: CollectorRegistry, nursery: trio.Nursery) -> MetricsPage:
+    """What /metrics answers: this gateway's series; a worker's siblings' too, each labelled
+    with its worker (they share the HTTP port, and a scrape reaches any one of them)."""
+    network = config.network
+    if not network.is_worker:
+        return own_page(registry)
+    await nursery.start(serve_own_page, registry, network.worker_sockets, network.worker_slot)
+    return workers_page(registry, network.worker_sockets, network.worker_slot, network.worker_count)
 
 
 async def _listen_http(config: GatewayConfig) -> list[trio.SocketListener]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -38,8 +39,8 @@ from .journal import Journal, JournalUnreadable
 from .kv import KeyValueStore
 from .kv_server import KvServer
 
-__all__ = ["COORDINATION_DIR", "Coordination", "WorkersRefused", "coordination_directory", "exit_with_parent", "serve_coordination",
-           "supervise"]
+__all__ = ["COORDINATION_DIR", "Coordination", "WorkersRefused", "coordination_directory", "exit_with_parent",
+           "private_directory", "serve_coordination", "supervise"]
 
 log = logging.getLogger("kafscale.workers")
 
@@ -82,6 +83,17 @@ def _held(directory: Path):
         yield
 
 
+@contextmanager
+def private_directory():
+    """Where the parent and its workers keep their unix sockets (the coordination store's,
+    each worker's metrics page): mode 0700, only this user reaches them."""
+    private = tempfile.mkdtemp(prefix="kafscale-workers-")
+    try:
+        yield private
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class Coordination:
     """The workers' store as the parent holds it: where workers reach it, and how the parent
@@ -91,8 +103,8 @@ class Coordination:
     server: KvServer
 
 
-async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """The workers' store, on a unix socket in a private directory; started() with its
+async def serve_coordination(directory: Path, private: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The workers' store, on a unix socket in the ``private`` directory; started() with its
     :class:`Coordination`."""
     journal = Journal(directory / "journal")
     try:
@@ -102,7 +114,6 @@ async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNOR
             from exc
     kv = KeyValueStore(revision, data, on_change=journal.append)
     server = KvServer(kv)
-    private = tempfile.mkdtemp(prefix="kafscale-workers-")  # mode 0700: only this user reaches the socket
     path = os.path.join(private, "coordination.sock")
     sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
     try:
@@ -125,8 +136,6 @@ async def serve_coordination(directory: Path, task_status=trio.TASK_STATUS_IGNOR
         journal.close()
         with suppress(OSError):
             os.unlink(path)
-        with suppress(OSError):
-            os.rmdir(private)
 
 
 class _Worker:
@@ -168,16 +177,17 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
     count = config.network.worker_count
     directory = coordination_directory(config)
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, private_directory() as private, \
                 (_held(directory) if directory is not None and not config.cluster.enabled else nullcontext()):
             extra: list[str] = []
             on_exit: Callable[[int], None] = _leases_run_out
             if not config.cluster.enabled:
                 assert directory is not None  # config refuses workers on S3 without etcd
-                coordination: Coordination = await nursery.start(serve_coordination, directory)
+                coordination: Coordination = await nursery.start(serve_coordination, directory, private)
                 extra = ["--etcd-endpoints", coordination.endpoint]
                 on_exit = partial(_release, coordination.server)
-            base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra, "--worker-parent", str(os.getpid())]
+            base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra, "--worker-parent", str(os.getpid()),
+                    "--worker-sockets", private]
             workers = [_Worker(slot, [*base, "--worker-slot", str(slot)], on_exit) for slot in range(count)]
             stopping, failed = trio.Event(), trio.Event()
             log.info("starting %d workers", count)

@@ -12,9 +12,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.gateway_process import GatewayProcess
@@ -182,3 +184,59 @@ def test_a_worker_that_cannot_start_stops_them_all(tmp_path):
     config_error = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2", "--port", "0",
                                    "--storage", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
     assert config_error.returncode == 2 and "fixed ports" in config_error.stderr
+
+
+def _scrape(gateway: GatewayProcess) -> dict[tuple[str, str], float]:
+    """/metrics on the workers' shared HTTP port: {(sample name, worker): value} of the
+    unlabelled series (within 3 s: a sibling that does not answer must not hold it up)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.http_port}/metrics", timeout=3) as answer:
+        text = answer.read().decode()
+    return {(sample.name, sample.labels["worker"]): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if set(sample.labels) == {"worker"}}
+
+
+def _slot(pid: int) -> str:
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return argv[argv.index(b"--worker-slot") + 1].decode()
+
+
+def test_metrics_answer_every_workers_series_whichever_worker_takes_the_scrape(tmp_path):
+    """The workers share the HTTP port, so any one of them takes a scrape: each answers every
+    worker's series, labelled with its slot, and counters do not jump between scrapes."""
+    gateway = GatewayProcess(tmp_path / "data", "--workers", "2").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        _wait_for_brokers(admin, 2)
+        admin.create_topics([NewTopic("counted", 4, 1)])["counted"].result(20)
+        _wait_for_brokers(admin, 2, "counted")
+        producer = Producer({"bootstrap.servers": gateway.bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(2000):
+            producer.produce("counted", value=b"%d" % i, partition=i % 4)
+        assert producer.flush(30) == 0
+
+        for _ in range(10):  # new connections: the kernel spreads them over both workers
+            scraped = _scrape(gateway)
+            assert scraped[("kafscale_worker_up", "0")] == scraped[("kafscale_worker_up", "1")] == 1
+            produced = [scraped[("kafscale_produced_records_total", slot)] for slot in ("0", "1")]
+            assert sum(produced) == 2000 and all(produced), produced  # both led partitions of "counted"
+
+        killed = _workers(gateway)[0]
+        killed_slot, live_slot = _slot(killed), "1" if _slot(killed) == "0" else "0"
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        seen_down = back = False
+        while time.monotonic() < deadline and not back:  # the live worker answers for the dead one
+            try:
+                scraped = _scrape(gateway)
+            except (ConnectionError, urllib.error.URLError):  # a connection the killed worker had queued
+                continue
+            assert scraped[("kafscale_worker_up", live_slot)] == 1
+            seen_down = seen_down or scraped[("kafscale_worker_up", killed_slot)] == 0
+            back = seen_down and scraped[("kafscale_worker_up", killed_slot)] == 1  # started again
+            time.sleep(0.05)
+        assert seen_down and back
+    finally:
+        gateway.kill()

@@ -14,7 +14,9 @@ def test_workers_auto_is_one_per_core_and_a_worker_knows_its_place():
 
     assert load_config(["--workers", "auto"], {}).network.worker_count == len(os.sched_getaffinity(0))
     assert not load_config(["--workers", "3"], {}).network.is_worker
-    assert load_config(["--workers", "3", "--worker-slot", "2"], {}).network.is_worker
+    assert load_config(["--workers", "3", "--worker-slot", "2", "--worker-sockets", "/run/w"], {}).network.is_worker
+    with pytest.raises(ConfigError, match="worker_sockets"):  # a worker is started by its parent, with both
+        load_config(["--workers", "3", "--worker-slot", "2"], {})
     assert load_config(["--workers", "2", "--storage", "s3://bucket/p", "--etcd-endpoints", "http://e:2379"], {})
 
 

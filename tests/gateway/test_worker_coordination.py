@@ -21,14 +21,21 @@ from kafscale.gateway.workers.journal import Journal, JournalUnreadable
 from kafscale.gateway.workers.kv import Compare as KvCompare
 from kafscale.gateway.workers.kv import KeyValueStore
 from kafscale.gateway.workers.kv_server import KvServer
-from kafscale.gateway.workers.supervisor import serve_coordination
+from kafscale.gateway.workers.supervisor import private_directory, serve_coordination
 from tests.support.httpx_streams import IGNORE_ABANDONED_STREAMS
 
 pytestmark = IGNORE_ABANDONED_STREAMS
 
 
+@pytest.fixture
+def private():
+    """The parent's private directory of sockets."""
+    with private_directory() as directory:
+        yield directory
+
+
 @pytest.fixture(params=["etcd", "workers"])
-async def client(request, tmp_path, nursery):
+async def client(request, tmp_path, nursery, private):
     if request.param == "etcd":
         server = EtcdServer(tmp_path).start()
         etcd = EtcdClient([server.endpoint], 5000)
@@ -38,7 +45,7 @@ async def client(request, tmp_path, nursery):
             await etcd.aclose()
             server.stop()
         return
-    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination")).endpoint
+    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination", private)).endpoint
     etcd = EtcdClient([endpoint], 5000)
     try:
         yield etcd
@@ -211,18 +218,18 @@ def test_journal_with_damage_before_its_end_is_refused(tmp_path):
         Journal(path).load()
 
 
-async def test_the_socket_is_private(nursery, tmp_path):
-    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination")).endpoint
+async def test_the_socket_is_private(nursery, tmp_path, private):
+    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination", private)).endpoint
     directory = os.path.dirname(endpoint[len("unix://"):])
     assert os.stat(directory).st_mode & 0o077 == 0
 
 
-async def test_malformed_calls_are_refused_and_the_store_goes_on(nursery, tmp_path):
+async def test_malformed_calls_are_refused_and_the_store_goes_on(nursery, tmp_path, private):
     """Whatever reaches the socket, the parent answers 4xx or closes that connection; it
     never ends (its end would take every worker along)."""
     import httpx
 
-    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination")).endpoint
+    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination", private)).endpoint
     transport = httpx.AsyncHTTPTransport(uds=endpoint[len("unix://"):])
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         bad = [("/v3/kv/txn", b'{"compare": ["not an object"]}'), ("/v3/kv/txn", b'{"success": [{"request_x": {}}]}'),
@@ -248,10 +255,10 @@ async def test_malformed_calls_are_refused_and_the_store_goes_on(nursery, tmp_pa
         await etcd.aclose()
 
 
-async def test_the_leases_of_a_process_that_exited_end_at_once(nursery, tmp_path):
+async def test_the_leases_of_a_process_that_exited_end_at_once(nursery, tmp_path, private):
     """The store knows which process took each lease (SO_PEERCRED); the parent, seeing a
     worker exit, ends them without waiting out their TTL. Others' leases stay."""
-    coordination = await nursery.start(serve_coordination, tmp_path / "coordination")
+    coordination = await nursery.start(serve_coordination, tmp_path / "coordination", private)
     etcd = EtcdClient([coordination.endpoint], 5000)
     try:
         mine = await etcd.lease_grant(60)

@@ -13,9 +13,9 @@ from kafscale.storage_backends import (
     ObjectNotFound,
     ObjectStore,
     Pieces,
+    obstore_backend,
     open_store,
 )
-from kafscale.storage_backends import obstore_backend
 from kafscale.storage_backends.wrappers import Call, CountingStore, FaultyStore, LatencyStore
 
 
