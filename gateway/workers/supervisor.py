@@ -32,6 +32,7 @@ from pathlib import Path
 
 import trio
 
+from kafscale.protocol.layout import LOG_PREFIX, META_PREFIX
 from kafscale.storage_backends import filesystem_directory
 
 from ..config import GatewayConfig
@@ -81,6 +82,18 @@ def _held(directory: Path):
         except BlockingIOError:
             raise WorkersRefused(f"another kafscale-gateway --workers runs on {directory.parent}") from None
         yield
+
+
+def _refuse_a_lone_gateways_data(root: Path, namespace: str) -> None:
+    """Workers keep the catalog, groups, offsets and ACLs in their coordination journal; a
+    gateway that ran here alone kept them in the store, and they are not imported: workers
+    would serve its log without its topics. Refused until they are, rather than half served."""
+    held = [root / namespace / prefix for prefix in (META_PREFIX, LOG_PREFIX)]
+    if any(folder.is_dir() and any(folder.iterdir()) for folder in held):
+        raise WorkersRefused(
+            f"{root} holds the data of a kafscale-gateway that ran without --workers (namespace {namespace!r}): "
+            "workers do not take a lone gateway's topics, groups and offsets over yet; run it without --workers, "
+            "or give the workers a storage directory of their own")
 
 
 @contextmanager
@@ -176,6 +189,8 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
     """Runs the workers until SIGTERM or SIGINT; the exit code."""
     count = config.network.worker_count
     directory = coordination_directory(config)
+    if directory is not None and not config.cluster.enabled and not directory.exists():
+        _refuse_a_lone_gateways_data(directory.parent, config.storage.namespace)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, private_directory() as private, \
                 (_held(directory) if directory is not None and not config.cluster.enabled else nullcontext()):

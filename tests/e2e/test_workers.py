@@ -186,6 +186,29 @@ def test_a_worker_that_cannot_start_stops_them_all(tmp_path):
     assert config_error.returncode == 2 and "fixed ports" in config_error.stderr
 
 
+def test_workers_refuse_a_directory_a_lone_gateway_used(tmp_path):
+    """A lone gateway keeps its catalog, groups and offsets in the store; workers keep theirs
+    in their coordination journal and do not import a lone gateway's: rather than serve its
+    log without its topics, they refuse, and the lone gateway runs on as before."""
+    data = tmp_path / "data"
+    lone = GatewayProcess(data).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": lone.bootstrap})
+        admin.create_topics([NewTopic("before", 2, 1)])["before"].result(20)
+    finally:
+        assert lone.stop(signal.SIGTERM, timeout=60) == 0
+    workers = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2", "--storage", str(data),
+                              "--port", str(lone.port), "--http-port", "-1"], capture_output=True, text=True, timeout=60)
+    assert workers.returncode == 1 and "ran without --workers" in workers.stderr, workers.stderr
+    assert not (data / ".kafscale-coordination").exists()  # nothing of the workers was left to refuse the lone one
+    lone.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": lone.bootstrap})
+        assert "before" in admin.list_topics(timeout=10).topics
+    finally:
+        lone.kill()
+
+
 def _scrape(gateway: GatewayProcess) -> dict[tuple[str, str], float]:
     """/metrics on the workers' shared HTTP port: {(sample name, worker): value} of the
     unlabelled series (within 3 s: a sibling that does not answer must not hold it up)."""
