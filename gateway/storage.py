@@ -200,6 +200,7 @@ class _WriteLane:
             # would be); its outcome is waited for, then the cancellation goes on.
             with trio.CancelScope(shield=True):
                 await self._woken()
+            self._done = None
             raise
         done, self._done = self._done, None
         assert done is not None
