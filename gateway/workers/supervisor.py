@@ -32,7 +32,7 @@ from pathlib import Path
 
 import trio
 
-from kafscale.protocol.layout import LOG_PREFIX, META_PREFIX
+from kafscale.protocol.layout import log_prefix, meta_prefix
 from kafscale.storage_backends import filesystem_directory
 
 from ..config import GatewayConfig
@@ -88,7 +88,7 @@ def _refuse_a_lone_gateways_data(root: Path, namespace: str) -> None:
     """Workers keep the catalog, groups, offsets and ACLs in their coordination journal; a
     gateway that ran here alone kept them in the store, and they are not imported: workers
     would serve its log without its topics. Refused until they are, rather than half served."""
-    held = [root / namespace / prefix for prefix in (META_PREFIX, LOG_PREFIX)]
+    held = [root / prefix for prefix in (meta_prefix(namespace), log_prefix(namespace))]
     if any(folder.is_dir() and any(folder.iterdir()) for folder in held):
         raise WorkersRefused(
             f"{root} holds the data of a kafscale-gateway that ran without --workers (namespace {namespace!r}): "
