@@ -10,17 +10,22 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from devkit.ports import free_port
+from kafscale.protocol.framing import FrameDecoder, encode_frame
 from kafscale.storage_backends import LocalBackend, Pieces
 
 from . import baseline, report
-from .broker_bench import Broker, _load, tansu_binary
+from .broker_bench import ROOT, Broker, _load, _wait_port, tansu_binary
 from .wide_bench import _drive, _request
 
 NOTES = (
@@ -33,9 +38,13 @@ NOTES = (
     "alternating rounds (this VM's CPU time moves ±30 % between rounds). CPU = user and system seconds of"
     " the broker's processes during the load, less its idle rate, per message. The filesystem store alone: "
     "what writing a log object of the size the filesystem rows wrote costs by itself (user and system µs, "
-    "3,000 objects, one round each). Instructions per request do not move with the machine: callgrind "
-    "counts the gateway's (every thread, linger 0, on memory and on the filesystem) over 1,000 one-record "
-    "Produce v9 requests sent one at a time by a raw client, after 300 to warm up.")
+    "3,000 objects, one round each). The raw client: the bench itself, 5,000 one-record Produce v9 "
+    "requests, each sent once the last is answered and not before its tick at 1,000/s (after 300 to warm "
+    "up; its round trips in the latency column). The trio floor: bench.floor_server, a trio server that "
+    "reads each frame and answers it with a canned Produce answer, decoding nothing but the correlation id "
+    "and storing nothing, the least a Python server on trio does per request (raw client only). "
+    "Instructions per request do not move with the machine: callgrind counts every broker's (every "
+    "thread) over 1,000 such requests one at a time, after 300 to warm up.")
 
 AFTERWORD = """\
 **Where a small request's instructions went** (callgrind as in the last rows, one commit after \
@@ -71,9 +80,12 @@ request, so a filesystem request, which waits about 2.5 ms for its fsyncs, pays 
 instruction counts are the measure of the code."""
 
 ROUNDS = 2
+RAW = "raw client: 5,000 requests one at a time, up to 1,000/s"
 LOADS = (("1,000 msgs/s, 1 partition, linger 0", ("latency", 1000, 10)),
-         ("2,400 msgs/s, 120 partitions, linger 5", ("steady", 120, 2400, 15, 100)))
+         ("2,400 msgs/s, 120 partitions, linger 5", ("steady", 120, 2400, 15, 100)),
+         (RAW, ("raw", 5000, 1000)))
 COUNTED, WARM_UP = 1000, 300
+TOPIC = "counted"  # what the raw client produces to (bench.floor_server answers for it)
 
 
 def _idle_rate(broker: Broker, seconds: float = 2.0) -> float:
@@ -82,15 +94,52 @@ def _idle_rate(broker: Broker, seconds: float = 2.0) -> float:
     return (sum(broker.cpu_seconds()) - before) / seconds
 
 
-def _measure(broker: Broker, load: tuple) -> dict:
-    """One load on a fresh broker: its CPU per message (user, system, µs) and the ack latency."""
+async def _paced(port: int, count: int, rate: float) -> list[float]:
+    """``count`` one-record Produce v9 requests to :data:`TOPIC`, each sent once the last is
+    answered and not before its tick at ``rate``/s; their round trips in seconds."""
+    frame = encode_frame(_request(TOPIC, 1))
+    decoder = FrameDecoder()
+    round_trips = []
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        start = trio.current_time()
+        for number in range(count):
+            await trio.sleep_until(start + number / rate)
+            sent = trio.current_time()
+            await stream.send_all(frame)
+            while decoder.next_frame() is None:
+                data = await stream.receive_some(1 << 16)
+                if not data:
+                    raise RuntimeError("the broker closed the connection")
+                decoder.feed(data)
+            round_trips.append(trio.current_time() - sent)
+    return round_trips
+
+
+def _raw_load(broker: Broker, count: int, rate: float) -> dict:
+    round_trips = sorted(trio.run(_paced, broker.port, count, rate))
+    return {"messages": count, "p50_ms": round_trips[count // 2] * 1e3, "p99_ms": round_trips[count * 99 // 100] * 1e3}
+
+
+def _create_topic(bootstrap: str) -> None:
+    """:data:`TOPIC` with one partition, as the raw client expects (Tansu creates none by itself)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: its handle ends with it
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(60)
+
+
+def _measure(broker: Broker, load: tuple, speaks_kafka: bool = True) -> dict:
+    """One load on a fresh broker: its CPU per message (user, system, µs) and the ack latency.
+    ``speaks_kafka``: False for bench.floor_server, which answers Produce and nothing else."""
     with broker:
+        mode, *args = load
+        if mode == "raw":
+            if speaks_kafka:
+                _create_topic(broker.bootstrap)
+            trio.run(_drive, broker.port, _request(TOPIC, 1), WARM_UP, 1)
         time.sleep(1.0)
         idle = _idle_rate(broker)
-        mode, *args = load
         user0, system0 = broker.cpu_seconds()
         started = time.monotonic()
-        measured = _load(mode, broker.bootstrap, f"requests-{mode}", *args)
+        measured = _raw_load(broker, *args) if mode == "raw" else _load(mode, broker.bootstrap, f"requests-{mode}", *args)
         elapsed = time.monotonic() - started
         user1, system1 = broker.cpu_seconds()
     messages = measured.get("samples") or measured["messages"]
@@ -100,29 +149,22 @@ def _measure(broker: Broker, load: tuple) -> dict:
             "system_us": per(system1 - system0), "p50_ms": measured["p50_ms"], "p99_ms": measured["p99_ms"]}
 
 
-def _instructions(command: list[str], env: dict | None, workdir: Path, store: str) -> float | None:
-    """Instructions the gateway executes (every thread of it) per one-record Produce request,
-    linger 0, on ``store`` (memory or filesystem)."""
+def _instructions(contender: Contender, workdir: Path) -> float | None:
+    """Instructions a broker executes (every thread of it) per one-record Produce request sent
+    one at a time."""
     if shutil.which("valgrind") is None:
         return None
     out = Path(tempfile.mkdtemp(dir=workdir)) / "callgrind.out"
-    storage = "memory://" if store == "memory" else str(out.parent / "data")
     port = free_port()
     gateway = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                                *command, "--port", str(port), "--http-port", "-1", "--storage", storage,
-                                "--linger-ms", "0", "--log-level", "WARNING"], cwd=out.parent, env=env,
+                                *contender.command(port, out.parent)], cwd=out.parent, env=contender.env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        frame = _request("counted", 1)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                trio.run(_drive, port, frame, WARM_UP, 1)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        _wait_port(port, timeout=120)  # slow to start under valgrind
+        if contender.speaks_kafka:
+            _create_topic(f"127.0.0.1:{port}")
+        frame = _request(TOPIC, 1)
+        trio.run(_drive, port, frame, WARM_UP, 1)
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
         trio.run(_drive, port, frame, COUNTED, 1)
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
@@ -153,41 +195,64 @@ def _object_bytes(root: Path) -> int:
     return round(statistics.mean(sizes)) if sizes else 0
 
 
+@dataclass(frozen=True)
+class Contender:
+    """A broker the bench runs: ``command(port, directory)`` serves ``port`` and keeps what it
+    stores under ``directory``."""
+    name: str
+    command: Callable[[int, Path], list[str]]
+    env: dict[str, str] | None = None
+    speaks_kafka: bool = True  # False: bench.floor_server, which answers Produce and nothing else
+
+    def broker(self, workdir: Path) -> tuple[Broker, Path]:
+        port, directory = free_port(), Path(tempfile.mkdtemp(dir=workdir))
+        return Broker(self.name, self.command(port, directory), port, workdir, env=self.env), directory
+
+
+def _kafscale(name: str, command: list[str], env: dict | None, store: str) -> Contender:
+    def serve(port: int, directory: Path) -> list[str]:
+        storage = "memory://" if store == "memory" else str(directory / "data")
+        return [*command, "--port", str(port), "--http-port", "-1", "--storage", storage, "--linger-ms", "0",
+                "--log-level", "WARNING"]
+    return Contender(f"{name} {store}", serve, env)
+
+
+def _tansu(binary: Path) -> Contender:
+    def serve(port: int, directory: Path) -> list[str]:
+        url = f"tcp://127.0.0.1:{port}"
+        return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+    return Contender("tansu 0.6 memory", serve)
+
+
+FLOOR = Contender("trio floor (bench.floor_server)",
+                  lambda port, directory: [sys.executable, "-m", "bench.floor_server", str(port)],
+                  {**os.environ, "PYTHONPATH": str(ROOT)}, speaks_kafka=False)
+
+
 def run() -> None:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        brokers = []
         versions = baseline.versions(report.commit())
-        stores: dict[str, Path] = {}  # each Kafscale broker's last filesystem store
-        for name, command, env in versions:
-            for store in ("memory", "filesystem"):
-                def kafscale(name=name, command=command, env=env, store=store) -> Broker:
-                    port, http_port = free_port(), free_port()
-                    storage = "memory://" if store == "memory" else tempfile.mkdtemp(dir=workdir)
-                    stores[f"{name} {store}"] = Path(storage)
-                    return Broker(f"{name} {store}", [*command, "--port", str(port), "--http-port", str(http_port),
-                                                      "--storage", storage, "--log-level", "WARNING"],
-                                  port, workdir, http_port, env)
-                brokers.append((f"{name} {store}", kafscale))
+        contenders = [_kafscale(name, command, env, store)
+                      for name, command, env in versions for store in ("memory", "filesystem")]
         tansu = tansu_binary()
         if tansu is not None:
-            def peer(binary: Path = tansu) -> Broker:
-                port = free_port()
-                url = f"tcp://127.0.0.1:{port}"
-                return Broker("tansu", [str(binary), "broker", "--listener-url", url, "--advertised-listener-url",
-                                        url], port, workdir)
-            brokers.append(("tansu 0.6 memory", peer))
+            contenders.append(_tansu(tansu))
+        contenders.append(FLOOR)
         results: dict[tuple[str, str], list[dict]] = {}
         object_bytes = 0  # a log object of one request, as this commit wrote them on the filesystem
         for round_number in range(ROUNDS):
             for label, load in LOADS:
-                for name, make in brokers:
-                    measured = _measure(make(), load)
-                    if not object_bytes and load == LOADS[0][1] and name == f"{versions[0][0]} filesystem":
-                        object_bytes = _object_bytes(stores[name])
-                    results.setdefault((name, label), []).append(measured)
-                    print(f"round {round_number + 1}: {name}, {label}: {measured['user_us']:.0f} + "
+                for contender in contenders:
+                    if not contender.speaks_kafka and load[0] != "raw":
+                        continue
+                    broker, directory = contender.broker(workdir)
+                    measured = _measure(broker, load, contender.speaks_kafka)
+                    if not object_bytes and load == LOADS[0][1] and contender.name == f"{versions[0][0]} filesystem":
+                        object_bytes = _object_bytes(directory / "data")
+                    results.setdefault((contender.name, label), []).append(measured)
+                    print(f"round {round_number + 1}: {contender.name}, {label}: {measured['user_us']:.0f} + "
                           f"{measured['system_us']:.0f} µs, ack p99 {measured['p99_ms']:.1f} ms", flush=True)
         for (name, label), runs in results.items():
             total = [r["user_us"] + r["system_us"] for r in runs]
@@ -199,13 +264,12 @@ def run() -> None:
             rows.append(["the filesystem store alone", f"a {object_bytes} B log object written, fsync'd and linked, "
                          "3,000 one after another", " / ".join(f"{u + k:.0f}" for u, k in alone),
                          "; ".join(f"{u:.0f} + {k:.0f}" for u, k in alone), "", ""])
-        for name, command, env in versions:
-            for store in ("memory", "filesystem"):
-                instructions = _instructions(command, env, workdir, store)
-                if instructions is not None:
-                    rows.append([f"{name} {store}", f"{COUNTED:,} one-record requests one at a time, linger 0 "
-                                 "(callgrind)", "", "", "", f"{instructions:,.0f}"])
-                    print(f"{name} {store}: {instructions:,.0f} instructions per request", flush=True)
+        for contender in contenders:
+            instructions = _instructions(contender, workdir)
+            if instructions is not None:
+                rows.append([contender.name, f"{COUNTED:,} one-record requests one at a time (callgrind)",
+                             "", "", "", f"{instructions:,.0f}"])
+                print(f"{contender.name}: {instructions:,.0f} instructions per request", flush=True)
     report.save(
         "22-requests",
         "CPU per Produce request, beside Tansu",
