@@ -77,7 +77,9 @@ thread on the other core (6.6 context switches per object in the writing thread)
 work costs more CPU time the longer the gateway idles between requests (caches and the core gone \
 cold): memory:// with the raw client at 1,000, 350 and 100 requests/s took 616, 986 and 1,478 µs per \
 request, so a filesystem request, which waits about 2.5 ms for its fsyncs, pays that as well; the \
-instruction counts are the measure of the code."""
+instruction counts are the measure of the code.
+
+**The floor under a Python server on trio** (the raw-client and callgrind rows, 2026-11-29, d905bbd): bench.floor_server, which reads each frame and answers it with a canned Produce answer and does nothing else, executes 142k instructions per request; Tansu, which decodes, validates, stores and answers, executes 142k too. In CPU time, one request at a time at up to 1,000/s, the floor took 186 / 180 µs per request, Tansu 312 / 296 µs (150-170 of it system time: its runtime's threads wake each other), Kafscale 656 / 633 µs in memory and 1,177 / 1,122 µs on the filesystem. So a request's own work in Kafscale (decoding, the Produce handler, the log object, the answer, metrics: 772k - 142k = 630k instructions, about 450 µs here) would have to cost under ~120 µs for the target of issue 43 (at or under Tansu's CPU per request in memory): about a fifth of what it costs, after the passes above took a third off. That is not a pass of tuning in this language: the target needs the per-request path (framing, decoding, admission, the answer) in native code, or a broker that is not one Python event loop. What the filesystem adds (900k - 772k instructions, ~500 µs of CPU, most of it the kernel's file creation, fsyncs and the writing thread's wake-ups) is its own question: against Tansu's ~300 µs, the target of at most 2x is ~600 µs, below what the memory path alone costs."""
 
 ROUNDS = 2
 RAW = "raw client: 5,000 requests one at a time, up to 1,000/s"
