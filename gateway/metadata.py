@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Protocol
 
 import trio
@@ -73,6 +74,11 @@ class EmbeddedMetadataStore:
 
     def topics(self) -> dict[str, TopicInfo]:
         return self._topics
+
+    @property
+    def producer_block_end(self) -> int:
+        """Every producer id below this may have been handed out."""
+        return self._producer_block_end
 
     async def _save(self, topics: dict[str, TopicInfo], producer_block_end: int | None = None) -> None:
         block_end = self._producer_block_end if producer_block_end is None else producer_block_end
@@ -213,6 +219,23 @@ class EtcdMetadataStore:
         self._topics = {n: i for n, i in self._topics.items() if n != name}
         log.info("deleted topic %s", name)
         return self._decode(current)
+
+    async def adopt(self, topics: Iterable[TopicInfo], producer_block_end: int) -> None:
+        """Take a lone gateway's catalog as it is (topic ids, configs, log starts), before any
+        gateway of the cluster runs: a topic already here is kept, and no producer id below
+        ``producer_block_end`` is handed out again. Repeatable."""
+        for info in topics:
+            key = self._topics_prefix + info.name
+            await self._etcd.txn([Compare(key, "CREATE", 0)], [put_op(key, json.dumps(info.to_json()).encode())])
+        while True:
+            current = await self._etcd.get(self._producer_key)
+            if current is not None and int(current.value) >= producer_block_end:
+                break
+            guard = Compare(self._producer_key, "MOD", current.mod_revision) if current \
+                else Compare(self._producer_key, "CREATE", 0)
+            done, _ = await self._etcd.txn([guard], [put_op(self._producer_key, str(producer_block_end).encode())])
+            if done:
+                break
 
     async def allocate_producer_id(self) -> int:
         if self._next_producer_id >= self._producer_block_end:

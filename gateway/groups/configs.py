@@ -145,6 +145,10 @@ class EmbeddedGroupConfigs:
     def of(self, group_id: str) -> dict[str, str]:
         return self._configs.get(group_id, {})
 
+    def every(self) -> dict[str, dict[str, str]]:
+        """Every group with configs of its own: its configs."""
+        return dict(self._configs)
+
     async def set(self, group_id: str, configs: dict[str, str]) -> None:
         async with self._lock:
             changed = {g: c for g, c in self._configs.items() if g != group_id}

@@ -194,6 +194,11 @@ class EtcdGroupStore:
     async def save(self, group: StoredGroup) -> None:
         await self._fenced(group.group_id, put_op(self._key(group.group_id), group.to_json()))
 
+    async def adopt(self, group: StoredGroup) -> None:
+        """A lone gateway's group, stored before any coordinator of the cluster runs (so not
+        fenced: no slot has an owner yet)."""
+        await self._etcd.put(self._key(group.group_id), group.to_json())
+
     def _state(self, kv: KeyValue, deleted: bool) -> tuple[str, StoredGroup | None] | None:
         try:
             group_id = bytes.fromhex(kv.key.rsplit("/", 1)[-1]).decode()

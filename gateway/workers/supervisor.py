@@ -6,7 +6,8 @@ slot), and each is a cluster gateway: it binds the listeners' ports shared with 
 partitions under a lease, and hands them over when it stops, as cluster gateways do.
 Their etcd is the configured one or, with none configured, the parent's own store
 (:mod:`.kv_server`) on a private unix socket, kept in the storage directory
-(:mod:`.journal`) and fenced by the same leases.
+(:mod:`.journal`) and fenced by the same leases; a lone gateway's state found in that
+directory is copied into it first (:mod:`.adoption`).
 
 A worker that dies is started again (after a pause that grows while it keeps dying); its
 partitions move to the others when its lease ends, and acknowledged records are in the
@@ -32,10 +33,14 @@ from pathlib import Path
 
 import trio
 
-from kafscale.protocol.layout import log_prefix, meta_prefix
-from kafscale.storage_backends import filesystem_directory
+from kafscale.storage_backends import StorageError, filesystem_directory, open_store
 
 from ..config import GatewayConfig
+from ..etcd import EtcdClient
+from ..metadata import MetadataUnreadable
+from ..storage import AsyncStore
+from ..transactions.store import TransactionsUnreadable
+from .adoption import AdoptionRefused, a_lone_gateway_ran_in, adopt_lone_gateway
 from .journal import Journal, JournalUnreadable
 from .kv import KeyValueStore
 from .kv_server import KvServer
@@ -82,18 +87,6 @@ def _held(directory: Path):
         except BlockingIOError:
             raise WorkersRefused(f"another kafscale-gateway --workers runs on {directory.parent}") from None
         yield
-
-
-def _refuse_a_lone_gateways_data(root: Path, namespace: str) -> None:
-    """Workers keep the catalog, groups, offsets and ACLs in their coordination journal; a
-    gateway that ran here alone kept them in the store, and they are not imported: workers
-    would serve its log without its topics. Refused until they are, rather than half served."""
-    held = [root / prefix for prefix in (meta_prefix(namespace), log_prefix(namespace))]
-    if any(folder.is_dir() and any(folder.iterdir()) for folder in held):
-        raise WorkersRefused(
-            f"{root} holds the data of a kafscale-gateway that ran without --workers (namespace {namespace!r}): "
-            "workers do not take a lone gateway's topics, groups and offsets over yet; run it without --workers, "
-            "or give the workers a storage directory of their own")
 
 
 @contextmanager
@@ -187,10 +180,17 @@ class _Worker:
 
 async def supervise(config: GatewayConfig, argv: list[str]) -> int:
     """Runs the workers until SIGTERM or SIGINT; the exit code."""
+    try:
+        return await _supervise(config, argv)
+    except* WorkersRefused as refused:  # from a task of the nursery: the reason alone, not a group
+        raise refused.exceptions[0] from None
+
+
+async def _supervise(config: GatewayConfig, argv: list[str]) -> int:
     count = config.network.worker_count
     directory = coordination_directory(config)
-    if directory is not None and not config.cluster.enabled and not directory.exists():
-        _refuse_a_lone_gateways_data(directory.parent, config.storage.namespace)
+    # Seen before the coordination directory exists: a store a lone gateway left here.
+    lone_data = directory is not None and a_lone_gateway_ran_in(directory.parent, config.storage.namespace)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, private_directory() as private, \
                 (_held(directory) if directory is not None and not config.cluster.enabled else nullcontext()):
@@ -199,6 +199,7 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
             if not config.cluster.enabled:
                 assert directory is not None  # config refuses workers on S3 without etcd
                 coordination: Coordination = await nursery.start(serve_coordination, directory, private)
+                await _take_over_a_lone_gateway(config, coordination.endpoint, lone_data)
                 extra = ["--etcd-endpoints", coordination.endpoint]
                 on_exit = partial(_release, coordination.server)
             base = [sys.executable, "-m", "kafscale.gateway.cli", *argv, *extra, "--worker-parent", str(os.getpid()),
@@ -235,6 +236,20 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
               file=sys.stderr)
         return codes[0]
     return 0
+
+
+async def _take_over_a_lone_gateway(config: GatewayConfig, endpoint: str, lone_data: bool) -> None:
+    """The state of a gateway that ran alone on this directory, copied into the coordination
+    store at ``endpoint`` before any worker starts (:mod:`.adoption`)."""
+    etcd = EtcdClient([endpoint], config.cluster.etcd_timeout_ms)
+    try:
+        backend = open_store(config.storage.storage, fsync=config.storage.fsync)
+        await adopt_lone_gateway(config, AsyncStore(backend, config.limits.storage_threads), etcd, lone_data)
+    except (AdoptionRefused, MetadataUnreadable, TransactionsUnreadable, StorageError, OSError, ValueError) as exc:
+        raise WorkersRefused(f"cannot take over the state of the gateway that ran alone on {config.storage.storage}: "
+                             f"{exc}") from exc
+    finally:
+        await etcd.aclose()
 
 
 def _leases_run_out(pid: int) -> None:

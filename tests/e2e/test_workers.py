@@ -186,27 +186,85 @@ def test_a_worker_that_cannot_start_stops_them_all(tmp_path):
     assert config_error.returncode == 2 and "fixed ports" in config_error.stderr
 
 
-def test_workers_refuse_a_directory_a_lone_gateway_used(tmp_path):
-    """A lone gateway keeps its catalog, groups and offsets in the store; workers keep theirs
-    in their coordination journal and do not import a lone gateway's: rather than serve its
-    log without its topics, they refuse, and the lone gateway runs on as before."""
+def test_workers_take_over_a_directory_a_lone_gateway_used(tmp_path):
+    """A lone gateway keeps its catalog, groups, offsets, group configs and transactions in
+    the store; workers started on its directory take them into their coordination store
+    before the first worker starts: the same topics (ids, configs), every record, the
+    group's committed offsets and configs, and its transactional id carries on."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
     data = tmp_path / "data"
     lone = GatewayProcess(data).start()
     try:
         admin = AdminClient({"bootstrap.servers": lone.bootstrap})
-        admin.create_topics([NewTopic("before", 2, 1)])["before"].result(20)
+        admin.create_topics([NewTopic("before", 2, 1, config={"retention.ms": "123456789"})])["before"].result(20)
+        topic_id = str(admin.describe_topics(_topics("before"))["before"].result(20).topic_id)
+        producer = Producer({"bootstrap.servers": lone.bootstrap, "enable.idempotence": True})
+        for i in range(1000):
+            producer.produce("before", value=b"%d" % i, partition=i % 2)
+        assert producer.flush(30) == 0
+        committer = Consumer({"bootstrap.servers": lone.bootstrap, "group.id": "readers"})
+        committer.commit(offsets=[TopicPartition("before", 0, 300), TopicPartition("before", 1, 200)],
+                         asynchronous=False)
+        committer.close()
+        group = ConfigResource(ResourceType.GROUP, "readers", incremental_configs=[
+            ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([group])[group].result(20)
+        transactional = Producer({"bootstrap.servers": lone.bootstrap, "transactional.id": "ledger"})
+        transactional.init_transactions(30)
+        transactional.begin_transaction()
+        transactional.produce("before", value=b"in a transaction", partition=0)
+        transactional.commit_transaction(30)
     finally:
         assert lone.stop(signal.SIGTERM, timeout=60) == 0
-    workers = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2", "--storage", str(data),
-                              "--port", str(lone.port), "--http-port", "-1"], capture_output=True, text=True, timeout=60)
-    assert workers.returncode == 1 and "ran without --workers" in workers.stderr, workers.stderr
-    assert not (data / ".kafscale-coordination").exists()  # nothing of the workers was left to refuse the lone one
-    lone.start()
+
+    workers = GatewayProcess(data, "--workers", "2", port=lone.port).start(timeout=60)
     try:
-        admin = AdminClient({"bootstrap.servers": lone.bootstrap})
-        assert "before" in admin.list_topics(timeout=10).topics
+        assert workers.logs().count("took over the state of the gateway that ran alone here") == 1
+        admin = AdminClient({"bootstrap.servers": workers.bootstrap})
+        _wait_for_brokers(admin, 2, "before")
+        assert str(admin.describe_topics(_topics("before"))["before"].result(20).topic_id) == topic_id
+        described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "before")])
+        assert next(iter(described.values())).result(20)["retention.ms"].value == "123456789"
+        described = admin.describe_configs([ConfigResource(ResourceType.GROUP, "readers")])
+        assert next(iter(described.values())).result(20)["consumer.session.timeout.ms"].value == "50000"
+
+        consumer = Consumer({"bootstrap.servers": workers.bootstrap, "group.id": "readers",
+                             "enable.auto.commit": False})
+        committed = consumer.committed([TopicPartition("before", 0), TopicPartition("before", 1)], timeout=20)
+        assert [(c.partition, c.offset) for c in committed] == [(0, 300), (1, 200)]
+        consumer.assign([TopicPartition("before", 0, 0), TopicPartition("before", 1, 0)])
+        values = set()
+        deadline = time.monotonic() + 60
+        while len(values) < 1001 and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and not message.error():
+                values.add(message.value())
+        consumer.close()
+        assert values == {b"%d" % i for i in range(1000)} | {b"in a transaction"}
+
+        transactional = Producer({"bootstrap.servers": workers.bootstrap, "transactional.id": "ledger"})
+        transactional.init_transactions(30)  # the id's epoch goes on from the lone gateway's
+        transactional.begin_transaction()
+        transactional.produce("before", value=b"after", partition=1)
+        transactional.commit_transaction(30)
     finally:
-        lone.kill()
+        assert workers.stop(signal.SIGTERM, timeout=60) == 0
+    # Started again, the workers do not copy anything a second time (one log for both runs).
+    workers.start(timeout=60)
+    try:
+        assert workers.logs().count("took over the state") == 1
+        admin = AdminClient({"bootstrap.servers": workers.bootstrap})
+        _wait_for_brokers(admin, 2, "before")
+        assert str(admin.describe_topics(_topics("before"))["before"].result(20).topic_id) == topic_id
+    finally:
+        workers.kill()
+
+
+def _topics(*names: str):
+    from confluent_kafka import TopicCollection
+
+    return TopicCollection(list(names))
 
 
 def _scrape(gateway: GatewayProcess) -> dict[tuple[str, str], float]:
