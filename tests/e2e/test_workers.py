@@ -321,3 +321,17 @@ def test_metrics_answer_every_workers_series_whichever_worker_takes_the_scrape(t
         assert seen_down and back
     finally:
         gateway.kill()
+
+
+def test_a_damaged_coordination_journal_is_refused_with_a_message_not_a_traceback(tmp_path):
+    journal = tmp_path / "data" / ".kafscale-coordination" / "journal"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("garbage\nmore garbage\n")
+    port = GatewayProcess(tmp_path / "data").port
+    refused = subprocess.run([sys.executable, "-m", "kafscale.gateway.cli", "--workers", "2", "--storage",
+                              str(tmp_path / "data"), "--port", str(port), "--http-port", "-1"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("kafscale-gateway: the workers' coordination journal is unreadable: "), \
+        refused.stderr
+    assert "Traceback" not in refused.stderr
