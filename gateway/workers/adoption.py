@@ -66,7 +66,7 @@ async def adopt_lone_gateway(config: GatewayConfig, store: AsyncStore, etcd: Etc
             return Adoption.NOTHING  # nothing to copy, or the workers' own store
         await etcd.put(mark, b"begun")
     namespace = config.storage.namespace
-    counts = {}
+    counts: dict[str, int] = {}
 
     catalog = EmbeddedMetadataStore(store, namespace)
     await catalog.load()

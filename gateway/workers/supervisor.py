@@ -36,7 +36,7 @@ import trio
 from kafscale.storage_backends import StorageError, filesystem_directory, open_store
 
 from ..config import GatewayConfig
-from ..etcd import EtcdClient
+from ..etcd import EtcdClient, EtcdError
 from ..metadata import MetadataUnreadable
 from ..storage import AsyncStore
 from ..transactions.store import TransactionsUnreadable
@@ -189,7 +189,8 @@ async def supervise(config: GatewayConfig, argv: list[str]) -> int:
 async def _supervise(config: GatewayConfig, argv: list[str]) -> int:
     count = config.network.worker_count
     directory = coordination_directory(config)
-    # Seen before the coordination directory exists: a store a lone gateway left here.
+    # A gateway's catalog or log here: a lone gateway's, or the workers' own (the adoption
+    # tells them apart by what the coordination store holds).
     lone_data = directory is not None and a_lone_gateway_ran_in(directory.parent, config.storage.namespace)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, private_directory() as private, \
@@ -245,7 +246,8 @@ async def _take_over_a_lone_gateway(config: GatewayConfig, endpoint: str, lone_d
     try:
         backend = open_store(config.storage.storage, fsync=config.storage.fsync)
         await adopt_lone_gateway(config, AsyncStore(backend, config.limits.storage_threads), etcd, lone_data)
-    except (AdoptionRefused, MetadataUnreadable, TransactionsUnreadable, StorageError, OSError, ValueError) as exc:
+    except (AdoptionRefused, MetadataUnreadable, TransactionsUnreadable, StorageError, EtcdError, OSError,
+            ValueError) as exc:
         raise WorkersRefused(f"cannot take over the state of the gateway that ran alone on {config.storage.storage}: "
                              f"{exc}") from exc
     finally:
