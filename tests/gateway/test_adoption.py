@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from kafscale.gateway.config import load_config
-from kafscale.gateway.etcd import EtcdClient
 from kafscale.gateway.groups.configs import EmbeddedGroupConfigs, EtcdGroupConfigs
 from kafscale.gateway.groups.store import CommittedOffset, EmbeddedGroupStore, EtcdGroupStore, StoredGroup
 from kafscale.gateway.metadata import EmbeddedMetadataStore, EtcdMetadataStore, cluster_root
@@ -22,11 +21,12 @@ from kafscale.gateway.workers.adoption import (
     a_lone_gateway_ran_in,
     adopt_lone_gateway,
 )
-from kafscale.gateway.workers.supervisor import private_directory, serve_coordination
+from kafscale.gateway.workers.supervisor import private_directory
 from kafscale.protocol.layout import meta_prefix
 from kafscale.protocol.transactions import Transaction
 from kafscale.storage_backends import LocalBackend
 from tests.support.httpx_streams import IGNORE_ABANDONED_STREAMS
+from tests.support.workers_store import coordination_client
 
 pytestmark = IGNORE_ABANDONED_STREAMS
 
@@ -34,12 +34,8 @@ pytestmark = IGNORE_ABANDONED_STREAMS
 @pytest.fixture
 async def coordination(tmp_path, nursery):
     with private_directory() as private:
-        endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination", private)).endpoint
-        etcd = EtcdClient([endpoint], 5000)
-        try:
+        async with coordination_client(nursery, tmp_path / "coordination", private) as etcd:
             yield etcd
-        finally:
-            await etcd.aclose()
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from kafscale.gateway.workers.kv import KeyValueStore
 from kafscale.gateway.workers.kv_server import KvServer
 from kafscale.gateway.workers.supervisor import private_directory, serve_coordination
 from tests.support.httpx_streams import IGNORE_ABANDONED_STREAMS
+from tests.support.workers_store import coordination_client
 
 pytestmark = IGNORE_ABANDONED_STREAMS
 
@@ -45,12 +46,8 @@ async def client(request, tmp_path, nursery, private):
             await etcd.aclose()
             server.stop()
         return
-    endpoint = (await nursery.start(serve_coordination, tmp_path / "coordination", private)).endpoint
-    etcd = EtcdClient([endpoint], 5000)
-    try:
+    async with coordination_client(nursery, tmp_path / "coordination", private) as etcd:
         yield etcd
-    finally:
-        await etcd.aclose()
 
 
 async def test_puts_reads_and_prefix_ranges(client):
