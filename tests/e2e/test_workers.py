@@ -231,7 +231,7 @@ def test_workers_take_over_a_directory_a_lone_gateway_used(tmp_path):
 
         consumer = Consumer({"bootstrap.servers": workers.bootstrap, "group.id": "readers",
                              "enable.auto.commit": False})
-        committed = consumer.committed([TopicPartition("before", 0), TopicPartition("before", 1)], timeout=20)
+        committed = _committed(consumer, [TopicPartition("before", 0), TopicPartition("before", 1)])
         assert [(c.partition, c.offset) for c in committed] == [(0, 300), (1, 200)]
         consumer.assign([TopicPartition("before", 0, 0), TopicPartition("before", 1, 0)])
         values = set()
@@ -259,6 +259,23 @@ def test_workers_take_over_a_directory_a_lone_gateway_used(tmp_path):
         assert str(admin.describe_topics(_topics("before"))["before"].result(20).topic_id) == topic_id
     finally:
         workers.kill()
+
+
+def _committed(consumer: Consumer, partitions: list, timeout: float = 60) -> list:
+    """OffsetFetch, asked again while the group's coordinator moves: the workers share the
+    coordinator slots out after they start (librdkafka's committed() does not retry
+    NOT_COORDINATOR; an application would)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=20)
+        except KafkaException as exc:
+            if exc.args[0].code() not in moving or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _topics(*names: str):
