@@ -85,9 +85,10 @@ async def adopt_lone_gateway(config: GatewayConfig, store: AsyncStore, etcd: Etc
     group_configs = EmbeddedGroupConfigs(store, namespace)
     await group_configs.load()
     cluster_configs = EtcdGroupConfigs(etcd, root)
-    for group_id, configs in group_configs.every().items():
+    every_config = group_configs.every()
+    for group_id, configs in every_config.items():
         await cluster_configs.set(group_id, configs)
-    counts["group configs"] = len(group_configs.every())
+    counts["group configs"] = len(every_config)
 
     transactions = await EmbeddedTransactionStore(store, namespace).list()
     cluster_transactions = EtcdTransactionStore(etcd, root)
